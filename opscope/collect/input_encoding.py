@@ -1,0 +1,74 @@
+"""Encode Python-side op inputs into the int64 format of model/records.py.
+
+The native observer encodes in C++; the Python collector uses this.
+
+Example::
+
+    >>> import torch
+    >>> out = []
+    >>> encode_inputs([torch.zeros(2, 3), 1.5], out)
+    >>> out[:4]
+    [2, 1, 2, 2]
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import List, Optional, Sequence
+
+from opscope.model.records import (
+    INPUT_BOOL, INPUT_DOUBLE, INPUT_INT, INPUT_INT_LIST, INPUT_NONE, INPUT_STRING,
+    INPUT_TENSOR, INPUT_TENSOR_LIST,
+)
+
+
+def encode_inputs(values: Sequence[object], out: List[int]) -> None:
+    """Append the encoding of Python-side inputs (used by the Python collector)."""
+    import torch
+
+    out.append(len(values))
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(INPUT_TENSOR)
+            out.append(v.dim())
+            out.extend(v.shape)
+            try:
+                out.extend(v.stride())
+            except RuntimeError:  # sparse and other layouts have no strides
+                out.extend([0] * v.dim())
+            out.append(_scalar_type_index(v.dtype))
+        elif isinstance(v, bool):
+            out.extend((INPUT_BOOL, int(v)))
+        elif isinstance(v, int):
+            out.extend((INPUT_INT, v))
+        elif isinstance(v, float):
+            out.extend((INPUT_DOUBLE, struct.unpack("<q", struct.pack("<d", v))[0]))
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
+            out.extend((INPUT_TENSOR_LIST, len(v)))
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
+            out.extend((INPUT_INT_LIST, len(v)))
+            out.extend(int(x) for x in v)
+        elif isinstance(v, str):
+            out.append(INPUT_STRING)
+        else:
+            out.append(INPUT_NONE)
+
+
+_DTYPE_INDEX: Optional[dict] = None
+
+
+def _scalar_type_index(dtype) -> int:
+    global _DTYPE_INDEX
+    if _DTYPE_INDEX is None:
+        import torch
+
+        order = [
+            torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+            torch.float32, torch.float64, torch.complex32, torch.complex64,
+            torch.complex128, torch.bool, torch.qint8, torch.quint8, torch.qint32,
+            torch.bfloat16,
+        ]
+        _DTYPE_INDEX = {d: i for i, d in enumerate(order)}
+    return _DTYPE_INDEX.get(dtype, -1)
+
+

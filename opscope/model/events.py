@@ -1,0 +1,129 @@
+"""The columnar event model: one numpy array a field, names interned.
+
+An :class:`EventTable` holds the op and range events of one session, sorted
+by ``(start, -end)`` as torch.profiler sorts ``events()``. Tree columns
+(``parent``, ``self_ns``) are filled by ``opscope.analysis.tree``.
+
+Example::
+
+    >>> from opscope.model.records import RawSession
+    >>> table = EventTable.from_raw(RawSession.empty())
+    >>> len(table)
+    0
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional
+
+import numpy as np
+
+from opscope.model.records import FLAG_ASYNC, NO_INPUTS, RawSession, RecordedInputs
+
+
+class SymbolTable:
+    """Strings interned to dense integer ids.
+
+    >>> s = SymbolTable(["aten::add"])
+    >>> s.intern("aten::mul"), s[0]
+    (1, 'aten::add')
+    """
+
+    def __init__(self, names: Iterable[str] = ()):
+        self.names: List[str] = list(names)
+        self._ids: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
+
+    def intern(self, name: str) -> int:
+        sid = self._ids.get(name)
+        if sid is None:
+            sid = len(self.names)
+            self.names.append(name)
+            self._ids[name] = sid
+        return sid
+
+    def id_of(self, name: str) -> Optional[int]:
+        return self._ids.get(name)
+
+    def __getitem__(self, sid: int) -> str:
+        return self.names[sid]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+class EventTable:
+    """Events of one session as parallel numpy columns.
+
+    Times are ns on the collector clock; ``base_ns`` is the session start, so
+    ``(start_ns - base_ns) / 1000`` is torch's relative ``time_range.start``.
+    """
+
+    COLUMNS = (
+        "name_id", "start_ns", "end_ns", "thread_index", "rf_thread_id",
+        "fwd_thread_id", "seq_nr", "scope", "flags", "input_offset",
+    )
+
+    def __init__(self, symbols: SymbolTable, columns: Dict[str, np.ndarray], *,
+                 raw: Optional[RawSession] = None, base_ns: int = 0,
+                 epoch_offset_ns: int = 0, thread_ids: Optional[List[int]] = None):
+        self.symbols = symbols
+        for name in self.COLUMNS:
+            setattr(self, name, columns[name])
+        self.raw = raw
+        self.base_ns = base_ns
+        self.epoch_offset_ns = epoch_offset_ns
+        self.thread_ids = np.asarray(thread_ids if thread_ids is not None else [], dtype=np.int64)
+        n = len(self.name_id)
+        self.parent = np.full(n, -1, dtype=np.int64)
+        self.self_ns = self.end_ns - self.start_ns
+
+    @classmethod
+    def from_raw(cls, raw: RawSession) -> "EventTable":
+        rec = raw.records
+        order = np.lexsort((-rec["end_ns"], rec["start_ns"])) if len(rec) else np.zeros(0, np.int64)
+        rec = rec[order]
+        columns = {name: np.ascontiguousarray(rec[name]) for name in cls.COLUMNS
+                   if name != "input_offset"}
+        columns["input_offset"] = np.ascontiguousarray(rec["input_offset"])
+        return cls(SymbolTable(raw.names), columns, raw=raw, base_ns=raw.start_ns,
+                   epoch_offset_ns=raw.epoch_offset_ns, thread_ids=raw.thread_ids)
+
+    def __len__(self) -> int:
+        return len(self.name_id)
+
+    @property
+    def duration_ns(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+    @property
+    def os_tid(self) -> np.ndarray:
+        """OS thread id of each event (what the Chrome trace calls ``tid``)."""
+        if len(self.thread_ids) == 0:
+            return np.zeros(len(self), dtype=np.int64)
+        return self.thread_ids[self.thread_index]
+
+    @property
+    def is_async(self) -> np.ndarray:
+        return (self.flags & FLAG_ASYNC) != 0
+
+    def name(self, i: int) -> str:
+        return self.symbols[int(self.name_id[i])]
+
+    def inputs(self, i: int) -> Optional[RecordedInputs]:
+        """Recorded inputs of event ``i`` (None without ``record_shapes``)."""
+        off = int(self.input_offset[i])
+        if self.raw is None or off == NO_INPUTS:
+            return None
+        return self.raw.inputs_of(int(self.thread_index[i]), off)
+
+    def take(self, keep: np.ndarray) -> "EventTable":
+        """A new table with only the events where ``keep`` is true (parents remapped)."""
+        idx = np.flatnonzero(keep)
+        columns = {name: getattr(self, name)[idx] for name in self.COLUMNS}
+        out = EventTable(self.symbols, columns, raw=self.raw, base_ns=self.base_ns,
+                         epoch_offset_ns=self.epoch_offset_ns, thread_ids=list(self.thread_ids))
+        remap = np.full(len(self) + 1, -1, dtype=np.int64)
+        remap[idx] = np.arange(len(idx))
+        out.parent = remap[self.parent[idx]]  # parent -1 maps through remap[-1] == -1
+        out.self_ns = self.self_ns[idx]
+        return out

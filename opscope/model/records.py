@@ -1,0 +1,175 @@
+"""The recorded session: what a collector wrote, before any analysis.
+
+Both collectors (native and Python) produce a :class:`RawSession`. Records are
+one numpy structured array (``RECORD_DTYPE``, 48 bytes a record); recorded
+inputs are int64 blobs, one per thread, in the encoding ``decode_inputs`` reads.
+Collectors write this format; nothing here touches torch.
+
+Example::
+
+    >>> import numpy as np
+    >>> raw = RawSession.empty()
+    >>> len(raw.records)
+    0
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("start_ns", "<i8"),
+        ("end_ns", "<i8"),
+        ("seq_nr", "<i8"),
+        ("name_id", "<i4"),
+        ("thread_index", "<i4"),
+        ("fwd_thread_id", "<u4"),
+        ("rf_thread_id", "<u4"),
+        ("input_offset", "<u4"),
+        ("scope", "u1"),
+        ("flags", "u1"),
+        ("pad", "<u2"),
+    ]
+)
+NO_INPUTS = 0xFFFFFFFF
+FLAG_UNFINISHED = 1
+FLAG_ASYNC = 2
+
+# at::RecordScope values
+SCOPE_FUNCTION = 0
+SCOPE_BACKWARD_FUNCTION = 1
+SCOPE_USER = 7
+
+# Input kinds in the int64 encoding (see observer.cpp:encode_inputs)
+INPUT_NONE, INPUT_TENSOR, INPUT_INT, INPUT_DOUBLE, INPUT_BOOL = 0, 1, 2, 3, 4
+INPUT_TENSOR_LIST, INPUT_INT_LIST, INPUT_STRING = 5, 6, 7
+
+# c10::ScalarType index -> the name torch.profiler prints in "Input type"
+SCALAR_TYPE_NAMES = [
+    "unsigned char", "signed char", "short int", "int", "long int", "c10::Half",
+    "float", "double", "c10::complex<c10::Half>", "c10::complex<float>",
+    "c10::complex<double>", "bool", "c10::qint8", "c10::quint8", "c10::qint32",
+    "c10::BFloat16", "c10::quint4x2", "c10::quint2x4", "c10::bits1x8",
+    "c10::bits2x4", "c10::bits4x2", "c10::bits8", "c10::bits16",
+    "c10::Float8_e5m2", "c10::Float8_e4m3fn", "c10::Float8_e5m2fnuz",
+    "c10::Float8_e4m3fnuz",
+]
+
+
+@dataclass
+class RecordedInputs:
+    """Decoded inputs of one op, in torch.profiler's terms.
+
+    ``shapes`` is ``Input Dims``, ``types`` is ``Input type``, ``strides`` is
+    ``Input Strides`` and ``concrete`` is ``Concrete Inputs`` (strings).
+    """
+
+    shapes: List[list]
+    types: List[str]
+    strides: List[list]
+    concrete: List[str]
+
+
+def decode_inputs(blob: np.ndarray, offset: int) -> RecordedInputs:
+    """Decode the inputs that start at ``offset`` of an int64 ``blob``."""
+    n = int(blob[offset])
+    pos = offset + 1
+    shapes: List[list] = []
+    types: List[str] = []
+    strides: List[list] = []
+    concrete: List[str] = []
+    for _ in range(n):
+        kind = int(blob[pos])
+        pos += 1
+        if kind == INPUT_TENSOR:
+            nd = int(blob[pos])
+            pos += 1
+            shapes.append([int(x) for x in blob[pos : pos + nd]])
+            pos += nd
+            strides.append([int(x) for x in blob[pos : pos + nd]])
+            pos += nd
+            dtype = int(blob[pos])
+            pos += 1
+            types.append(SCALAR_TYPE_NAMES[dtype] if 0 <= dtype < len(SCALAR_TYPE_NAMES) else "")
+            concrete.append("")
+        elif kind in (INPUT_INT, INPUT_DOUBLE, INPUT_BOOL):
+            value = int(blob[pos])
+            pos += 1
+            if kind == INPUT_DOUBLE:
+                text = repr(struct.unpack("<d", struct.pack("<q", value))[0])
+            elif kind == INPUT_BOOL:
+                text = "True" if value else "False"
+            else:
+                text = str(value)
+            shapes.append([])
+            strides.append([])
+            types.append("Scalar")
+            concrete.append(text)
+        elif kind == INPUT_TENSOR_LIST:
+            pos += 1
+            shapes.append([])
+            strides.append([])
+            types.append("TensorList")
+            concrete.append("")
+        elif kind == INPUT_INT_LIST:
+            count = int(blob[pos])
+            pos += 1
+            values = [int(x) for x in blob[pos : pos + count]]
+            pos += count
+            shapes.append([])
+            strides.append([])
+            types.append("ScalarList")
+            concrete.append(str(values))
+        elif kind == INPUT_STRING:
+            shapes.append([])
+            strides.append([])
+            types.append("String")
+            concrete.append("")
+        else:
+            shapes.append([])
+            strides.append([])
+            types.append("")
+            concrete.append("")
+    return RecordedInputs(shapes, types, strides, concrete)
+
+
+@dataclass
+class RawSession:
+    """Everything one collector recorded between start and stop.
+
+    Times are CLOCK_MONOTONIC ns; ``epoch_offset_ns`` turns them into Unix ns.
+    """
+
+    records: np.ndarray
+    inputs: List[np.ndarray]  # per thread_index: int64 blob
+    thread_ids: List[int]  # per thread_index: OS thread id
+    names: List[str]  # name_id -> name
+    start_ns: int
+    stop_ns: int
+    epoch_offset_ns: int
+    collector: str = "native"
+    process_id: int = 0
+    metadata: dict = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> "RawSession":
+        return cls(np.zeros(0, RECORD_DTYPE), [], [], [], 0, 0, 0)
+
+    def inputs_of(self, thread_index: int, offset: int) -> Optional[RecordedInputs]:
+        """Decoded inputs of one record, or None when none were recorded."""
+        if offset == NO_INPUTS or thread_index >= len(self.inputs):
+            return None
+        blob = self.inputs[thread_index]
+        if offset >= len(blob):
+            return None
+        return decode_inputs(blob, offset)
+
+
+def records_from_rows(rows: Sequence[Tuple]) -> np.ndarray:
+    """Build a record array from tuples in RECORD_DTYPE field order."""
+    return np.array(list(rows), dtype=RECORD_DTYPE)
