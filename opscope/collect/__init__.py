@@ -1,0 +1,43 @@
+"""Collectors: the only layer that touches live torch hooks.
+
+``choose_collector()`` returns the native observer when it builds, else the
+Python fallback. ``OPSCOPE_COLLECTOR=native|python`` forces one.
+
+Every collector has ``name``, ``start(record_shapes=...)``, ``stop() -> RawSession``,
+``now_ns()`` (its clock), ``range_push(name) -> handle`` and ``range_pop(handle)``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_ENV = "OPSCOPE_COLLECTOR"
+
+
+def choose_collector() -> Any:
+    """The collector to use now, honouring ``$OPSCOPE_COLLECTOR``."""
+    wanted = os.environ.get(_ENV, "").strip().lower()
+    if wanted not in ("", "native", "python"):
+        raise ValueError(f"{_ENV} must be 'native' or 'python', got {wanted!r}")
+    if wanted != "python":
+        from opscope.collect.native import NativeCollector
+
+        native = NativeCollector.load()
+        if native is not None:
+            return native
+        if wanted == "native":
+            from opscope.collect.native_build import failure_reason
+
+            raise RuntimeError(f"{_ENV}=native but the native collector is unavailable: "
+                               f"{failure_reason()}")
+    from opscope.collect.python_collector import PythonCollector
+
+    return PythonCollector()
+
+
+def native_available() -> bool:
+    """True when the native observer is (or can be) built and loaded."""
+    from opscope.collect.native_build import load_native
+
+    return load_native() is not None

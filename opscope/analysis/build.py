@@ -1,0 +1,25 @@
+"""Turn a collector's RawSession into an analysed ProfileSession.
+
+Example::
+
+    >>> from opscope.model.records import RawSession
+    >>> build_session(RawSession.empty()).collector
+    'native'
+"""
+
+from __future__ import annotations
+
+import os
+
+from opscope.analysis.tree import build_tree
+from opscope.model.events import EventTable
+from opscope.model.records import RawSession
+from opscope.model.session import ProfileSession
+
+
+def build_session(raw: RawSession, **kwargs) -> ProfileSession:
+    """Sort, nest and compute self times; ``kwargs`` go to ProfileSession."""
+    table = build_tree(EventTable.from_raw(raw))
+    return ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
+                          epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
+                          process_id=raw.process_id or os.getpid(), **kwargs)

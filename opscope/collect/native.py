@@ -1,0 +1,70 @@
+"""The native collector: our C++ RecordFunction observer (observer.cpp).
+
+Example::
+
+    >>> c = NativeCollector.load()   # None when the observer could not be built
+    >>> c is None or c.name == "native"
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+from opscope.collect.native_build import load_native
+from opscope.model.records import RECORD_DTYPE, RawSession
+
+
+class NativeCollector:
+    """Records every RecordFunction event on every thread, in C++."""
+
+    name = "native"
+
+    def __init__(self, ext: Any):
+        self._ext = ext
+        self._start_ns = 0
+        self._epoch_offset_ns = 0
+
+    @classmethod
+    def load(cls) -> Optional["NativeCollector"]:
+        ext = load_native()
+        return cls(ext) if ext is not None else None
+
+    def now_ns(self) -> int:
+        return int(self._ext.now_ns())
+
+    def start(self, *, record_shapes: bool = False) -> None:
+        self._epoch_offset_ns = time.time_ns() - self.now_ns()
+        self._ext.start(bool(record_shapes))
+        self._start_ns = self.now_ns()
+
+    def stop(self) -> RawSession:
+        blob, inputs, tids, names, stop_ns = self._ext.stop()
+        records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
+        unfinished = records["end_ns"] == 0
+        records["end_ns"][unfinished] = stop_ns
+        return RawSession(
+            records=records,
+            inputs=[np.frombuffer(b, dtype=np.int64) for b in inputs],
+            thread_ids=list(tids),
+            names=list(names),
+            start_ns=self._start_ns,
+            stop_ns=int(stop_ns),
+            epoch_offset_ns=self._epoch_offset_ns,
+            collector=self.name,
+            process_id=os.getpid(),
+        )
+
+    def is_recording(self) -> bool:
+        return bool(self._ext.is_recording())
+
+    # User ranges as real at::RecordFunction scopes, seen by every observer.
+    def range_push(self, name: str) -> int:
+        return int(self._ext.range_push(name))
+
+    def range_pop(self, handle: int) -> None:
+        self._ext.range_pop(handle)

@@ -1,0 +1,47 @@
+"""A finished profiling session: the analysed event table plus its settings.
+
+This is what exporters and reports read. It can be built from a live
+collector (``opscope.profile``) or from synthetic records in tests.
+
+Build one with ``opscope.analysis.build.build_session(raw)``.
+
+Example::
+
+    >>> from opscope.model.records import RawSession  # noqa: F401  (doctest)
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> s.options["record_shapes"], len(s.table)
+    (False, 0)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from opscope.model.events import EventTable
+from opscope.model.records import RawSession  # noqa: F401  (doctest)
+
+OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+
+
+@dataclass
+class ProfileSession:
+    """Events of one active window, tree built, with what the user asked for.
+
+    ``metadata`` maps a key to a JSON *text* value, as ``add_metadata_json``
+    takes it; exporters write it verbatim after validating it parses.
+    """
+
+    table: EventTable
+    options: Dict[str, bool] = field(default_factory=lambda: {k: False for k in OPTION_NAMES})
+    metadata: Dict[str, str] = field(default_factory=dict)
+    process_id: int = field(default_factory=os.getpid)
+    start_ns: int = 0  # collector clock
+    stop_ns: int = 0
+    epoch_offset_ns: int = 0  # collector clock + offset = Unix ns
+    collector: str = "native"
+    trace_name: Optional[str] = None
+    # Per event (table order): Python frames innermost-first, as torch orders
+    # FunctionEvent.stack, or None where none was recorded. None: no stacks at all.
+    stacks: Optional[List[Optional[List[str]]]] = None
