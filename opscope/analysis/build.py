@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from opscope.analysis.aggregate import filtered_mask
 from opscope.analysis.tree import build_tree
 from opscope.model.events import EventTable
 from opscope.model.records import RawSession
@@ -18,8 +19,15 @@ from opscope.model.session import ProfileSession
 
 
 def build_session(raw: RawSession, **kwargs) -> ProfileSession:
-    """Sort, nest and compute self times; ``kwargs`` go to ProfileSession."""
-    table = build_tree(EventTable.from_raw(raw))
+    """Drop torch's utility ops, sort, nest and compute self times.
+
+    ``kwargs`` go to ProfileSession.
+    """
+    table = EventTable.from_raw(raw)
+    keep = filtered_mask(table)
+    if not keep.all():
+        table = table.take(keep)
+    table = build_tree(table)
     return ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
                           epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
                           process_id=raw.process_id or os.getpid(), **kwargs)

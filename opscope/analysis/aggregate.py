@@ -1,0 +1,159 @@
+"""key_averages: group events by name (and optionally shapes or stack), columnar.
+
+The plain grouping is vectorised: ``np.unique`` over interned names and
+``np.bincount`` sums. Grouping by shapes or stack builds string keys, since
+those are per-event Python values anyway.
+
+Example::
+
+    >>> import numpy as np
+    >>> from opscope.model.events import EventTable, SymbolTable
+    >>> cols = {c: np.zeros(3, dtype=np.int64) for c in EventTable.COLUMNS}
+    >>> cols["name_id"] = np.array([0, 1, 1]); cols["start_ns"] = np.array([0, 10, 30])
+    >>> cols["end_ns"] = np.array([100, 20, 50])
+    >>> rows = key_averages(EventTable(SymbolTable(["step", "aten::add"]), cols))
+    >>> [(r.key, r.count, r.cpu_time_total) for r in rows]
+    [('step', 1, 0.1), ('aten::add', 2, 0.03)]
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from opscope.model.events import EventTable
+from opscope.model.function_event import FunctionEventAvg
+from opscope.model.records import SCOPE_USER
+
+# Utility ops torch.profiler leaves out of events() and key_averages().
+FILTERED_NAMES = (
+    "[memory]",
+    "[OutOfMemory]",
+    "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new",
+    "profiler::_record_function_exit",
+    "aten::is_leaf",
+    "aten::output_nr",
+    "aten::_version",
+)
+STEP_PREFIX = "ProfilerStep#"
+STEP_WILDCARD = "ProfilerStep*"
+
+
+def display_name(name: str) -> str:
+    """The name torch shows in tables: ``ProfilerStep#3`` becomes ``ProfilerStep*``."""
+    return STEP_WILDCARD if name.startswith(STEP_PREFIX) else name
+
+
+def display_name_ids(table: EventTable) -> np.ndarray:
+    """Per-event id of the display name (step ranges share one id)."""
+    names = table.symbols.names
+    remap = np.arange(len(names), dtype=np.int64)
+    step_ids = [i for i, n in enumerate(names) if n.startswith(STEP_PREFIX)]
+    if step_ids:
+        remap[step_ids] = table.symbols.intern(STEP_WILDCARD)
+        # interning may have grown the table
+        remap = np.concatenate([remap, np.arange(len(remap), len(table.symbols))])
+    return remap[table.name_id] if len(table) else np.zeros(0, dtype=np.int64)
+
+
+def filtered_mask(table: EventTable) -> np.ndarray:
+    """True for events that torch.profiler would show (not utility ops)."""
+    ids = [table.symbols.id_of(n) for n in FILTERED_NAMES]
+    ids = [i for i in ids if i is not None]
+    if not ids or len(table) == 0:
+        return np.ones(len(table), dtype=bool)
+    return ~np.isin(table.name_id, ids)
+
+
+def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
+                 group_by_stack_n: int = 0, stacks: Optional[Sequence] = None,
+                 memory: Optional[Dict[str, np.ndarray]] = None,
+                 flops: Optional[np.ndarray] = None) -> List[FunctionEventAvg]:
+    """One FunctionEventAvg per key, in order of each key's first event.
+
+    ``memory`` may hold per-event ``cpu_memory_usage``/``self_cpu_memory_usage``
+    arrays and ``flops`` a per-event array; missing ones count as zero.
+    """
+    n = len(table)
+    if n == 0:
+        return []
+    names = display_name_ids(table)
+    is_user = (table.scope == SCOPE_USER).astype(np.int64)
+    base_key = names * 2 + is_user
+    if group_by_input_shape or group_by_stack_n > 0:
+        group = _string_groups(table, base_key, group_by_input_shape, group_by_stack_n, stacks)
+    else:
+        _, group = np.unique(base_key, return_inverse=True)
+    n_groups = int(group.max()) + 1
+    first = np.full(n_groups, n, dtype=np.int64)
+    np.minimum.at(first, group, np.arange(n))
+    order = np.argsort(first, kind="stable")
+
+    dur_us = table.duration_ns / 1000.0
+    self_us = table.self_ns / 1000.0
+    counts = np.bincount(group, minlength=n_groups)
+    total = np.bincount(group, weights=dur_us, minlength=n_groups)
+    self_total = np.bincount(group, weights=self_us, minlength=n_groups)
+    zeros = np.zeros(n_groups)
+    mem = memory or {}
+    cpu_mem = (np.bincount(group, weights=mem["cpu_memory_usage"], minlength=n_groups)
+               if "cpu_memory_usage" in mem else zeros)
+    self_mem = (np.bincount(group, weights=mem["self_cpu_memory_usage"], minlength=n_groups)
+                if "self_cpu_memory_usage" in mem else zeros)
+    flop_sum = (np.bincount(group, weights=flops, minlength=n_groups) if flops is not None
+                else zeros)
+
+    symbols = table.symbols
+    rows: List[FunctionEventAvg] = []
+    for g in order.tolist():
+        i = int(first[g])
+        shapes = None
+        if group_by_input_shape:
+            rec = table.inputs(i)
+            shapes = rec.shapes if rec is not None else []
+        stack: list = []
+        if group_by_stack_n > 0 and stacks is not None and stacks[i]:
+            stack = list(stacks[i][:group_by_stack_n])
+        rows.append(FunctionEventAvg(
+            symbols[int(names[i])],
+            count=int(counts[g]),
+            cpu_time_total=float(total[g]),
+            self_cpu_time_total=float(self_total[g]),
+            input_shapes=shapes if group_by_input_shape else "",
+            stack=stack,
+            scope=int(table.scope[i]),
+            cpu_memory_usage=int(cpu_mem[g]),
+            self_cpu_memory_usage=int(self_mem[g]),
+            flops=int(flop_sum[g]),
+            is_async=bool(table.is_async[i]),
+            is_user_annotation=bool(is_user[i]),
+        ))
+    return rows
+
+
+def _string_groups(table: EventTable, base_key: np.ndarray, by_shape: bool, stack_n: int,
+                   stacks: Optional[Sequence]) -> np.ndarray:
+    keys: Dict[tuple, int] = {}
+    out = np.empty(len(table), dtype=np.int64)
+    base = base_key.tolist()
+    for i in range(len(table)):
+        parts: tuple = (base[i],)
+        if by_shape:
+            rec = table.inputs(i)
+            parts += (str(rec.shapes if rec is not None else []),)
+        if stack_n > 0:
+            frames = stacks[i] if stacks is not None and stacks[i] else []
+            parts += tuple(frames[:stack_n])
+        out[i] = keys.setdefault(parts, len(keys))
+    return out
+
+
+def total_average(rows: Sequence) -> FunctionEventAvg:
+    """Sum of all rows (or events) into one FunctionEventAvg with key "Total"."""
+    total = FunctionEventAvg()
+    for row in rows:
+        total.add(row)
+    total.key = "Total"
+    return total

@@ -1,0 +1,71 @@
+"""Build torch-compatible FunctionEvent objects from a session, on demand.
+
+Only ``profile.events()`` needs per-event objects; tables and traces work on
+the columns directly.
+
+Example::
+
+    >>> from opscope.model.records import RawSession
+    >>> from opscope.analysis.build import build_session
+    >>> function_events(build_session(RawSession.empty()))
+    []
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from opscope.analysis.aggregate import display_name
+from opscope.model.function_event import FunctionEvent
+from opscope.model.records import SCOPE_USER
+from opscope.model.session import ProfileSession
+
+
+def function_events(session: ProfileSession) -> List[FunctionEvent]:
+    """One FunctionEvent per event, sorted by start, with parents and children linked."""
+    t = session.table
+    base = t.base_ns
+    names = t.symbols.names
+    with_shapes = session.options.get("record_shapes", False)
+    stacks = session.stacks
+    name_id = t.name_id.tolist()
+    start = t.start_ns.tolist()
+    end = t.end_ns.tolist()
+    rf_thread = t.rf_thread_id.tolist()
+    fwd_thread = t.fwd_thread_id.tolist()
+    seq = t.seq_nr.tolist()
+    scope = t.scope.tolist()
+    self_ns = t.self_ns.tolist()
+    is_async = t.is_async.tolist()
+    parent = t.parent.tolist()
+    out: List[FunctionEvent] = []
+    for i in range(len(t)):
+        raw_name = names[name_id[i]]
+        shapes = dtypes = concrete = None
+        if with_shapes:
+            rec = t.inputs(i)
+            if rec is not None:
+                shapes, dtypes, concrete = rec.shapes, rec.types, rec.concrete
+        out.append(FunctionEvent(
+            id=i + 1,
+            name=display_name(raw_name),
+            trace_name=raw_name,
+            thread=rf_thread[i],
+            fwd_thread=fwd_thread[i],
+            start_us=(start[i] - base) / 1000.0,
+            end_us=(end[i] - base) / 1000.0,
+            input_shapes=shapes,
+            input_dtypes=dtypes,
+            concrete_inputs=concrete,
+            stack=list(stacks[i] or []) if stacks is not None else [],
+            scope=scope[i],
+            sequence_nr=seq[i],
+            is_async=is_async[i],
+            is_user_annotation=scope[i] == SCOPE_USER,
+            self_cpu_time_total=self_ns[i] / 1000.0,
+        ))
+    for i, p in enumerate(parent):
+        if p >= 0:
+            out[i].cpu_parent = out[p]
+            out[p].cpu_children.append(out[i])
+    return out

@@ -1,0 +1,97 @@
+"""EventList: the list that ``events()`` and ``key_averages()`` return.
+
+It is a plain list of FunctionEvent / FunctionEventAvg with torch's methods:
+``table()``, ``key_averages()``, ``total_average()``, ``self_cpu_time_total``
+and, when pandas is installed, ``to_dataframe()``.
+
+Example::
+
+    >>> from opscope.model.function_event import FunctionEvent
+    >>> events = EventList([FunctionEvent(id=1, name="aten::add", thread=1,
+    ...                                   start_us=0.0, end_us=2.0)])
+    >>> events.key_averages()[0].count, events.self_cpu_time_total
+    (1, 2.0)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable
+
+from opscope.analysis.aggregate import total_average
+from opscope.model.function_event import FunctionEventAvg
+
+DATAFRAME_COLUMNS = (
+    "key", "count", "self_cpu_time_total", "cpu_time_total", "cpu_time",
+    "cpu_memory_usage", "self_cpu_memory_usage", "flops", "input_shapes",
+)
+
+
+class EventList(list):
+    """A list of events or averages that can print itself as torch's table."""
+
+    def __init__(self, events: Iterable = (), *, profile_memory: bool = False,
+                 with_flops: bool = False, with_overload_name: bool = False):
+        super().__init__(events)
+        self._profile_memory = profile_memory
+        self._with_flops = with_flops
+        self._with_overload_name = with_overload_name
+
+    def table(self, sort_by=None, row_limit=100, max_src_column_width=75,
+              max_name_column_width=55, max_shapes_column_width=80, header=None,
+              top_level_events_only=False, time_unit=None) -> str:
+        """torch.profiler's text table of these rows. See ``export.table.format_table``."""
+        from opscope.export.table import format_table
+
+        return format_table(
+            self, sort_by=sort_by, row_limit=row_limit,
+            max_src_column_width=max_src_column_width,
+            max_name_column_width=max_name_column_width,
+            max_shapes_column_width=max_shapes_column_width, header=header,
+            top_level_events_only=top_level_events_only, time_unit=time_unit,
+            profile_memory=self._profile_memory, with_flops=self._with_flops,
+            with_overload_name=self._with_overload_name)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
+                     group_by_overload_name: bool = False) -> "EventList":
+        """Group these events by key (and shapes, stack, overload name)."""
+        groups: "OrderedDict[tuple, FunctionEventAvg]" = OrderedDict()
+        for ev in self:
+            key = (ev.key, getattr(ev, "is_user_annotation", False))
+            if group_by_overload_name:
+                key += (getattr(ev, "overload_name", ""),)
+            if group_by_input_shape:
+                key += (str(ev.input_shapes),)
+            if group_by_stack_n > 0:
+                key += tuple(ev.stack[:group_by_stack_n])
+            groups.setdefault(key, FunctionEventAvg()).add(ev)
+        rows = list(groups.values())
+        for row in rows:
+            row.stack = list(row.stack[:group_by_stack_n]) if group_by_stack_n > 0 else []
+            if not group_by_input_shape:
+                row.input_shapes = ""
+            if not group_by_overload_name:
+                row.overload_name = ""
+        return EventList(rows, profile_memory=self._profile_memory, with_flops=self._with_flops,
+                         with_overload_name=group_by_overload_name)
+
+    def total_average(self) -> FunctionEventAvg:
+        """All rows summed into one, with key "Total"."""
+        return total_average(self)
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Sum of self CPU time over all rows, in microseconds."""
+        return float(sum(ev.self_cpu_time_total for ev in self))
+
+    def to_dataframe(self):
+        """A pandas DataFrame, one row per event or average (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("to_dataframe() needs pandas: pip install pandas") from None
+        return pd.DataFrame([{c: getattr(ev, c, None) for c in DATAFRAME_COLUMNS}
+                             for ev in self], columns=list(DATAFRAME_COLUMNS))

@@ -1,0 +1,46 @@
+"""``on_trace_ready`` handlers.
+
+Example::
+
+    >>> import tempfile, os
+    >>> handler = tensorboard_trace_handler(tempfile.mkdtemp(), worker_name="w0")
+    >>> callable(handler)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Callable, Optional
+
+
+def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
+                              use_gzip: bool = False) -> Callable:
+    """Write each ready trace as ``{worker}.{time_ns}.pt.trace.json[.gz]`` in ``dir_name``.
+
+    ``worker_name`` defaults to ``{hostname}_{pid}``. The folder is created on
+    the first trace; if that fails, the error names it.
+    """
+    if not isinstance(dir_name, (str, os.PathLike)) or not str(dir_name):
+        raise ValueError(f"tensorboard_trace_handler: dir_name must be a folder path, "
+                         f"got {dir_name!r}")
+    folder = os.fspath(dir_name)
+
+    def handler(prof) -> None:
+        nonlocal worker_name
+        if not os.path.isdir(folder):
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                raise RuntimeError(f"Can't create directory: {folder} ({exc.strerror or exc})") \
+                    from exc
+        if not worker_name:
+            worker_name = f"{socket.gethostname()}_{os.getpid()}"
+        file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
+        if use_gzip:
+            file_name += ".gz"
+        prof.export_chrome_trace(os.path.join(folder, file_name))
+
+    return handler

@@ -1,0 +1,317 @@
+"""``opscope.profile``: the torch.profiler API, conducting our collector.
+
+This module owns the schedule state machine and wires a collector to the
+model. It formats nothing itself: tables, traces and stacks live in
+``opscope.export``.
+
+Example::
+
+    >>> import torch, opscope
+    >>> with opscope.profile() as prof:
+    ...     _ = torch.ones(4) + 1
+    >>> "aten::add" in [row.key for row in prof.key_averages()]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from typing import Any, Callable, Dict, Iterable, Optional
+
+from opscope.activity import ProfilerActivity, resolve_activities
+from opscope.analysis.aggregate import key_averages as aggregate_rows
+from opscope.analysis.build import build_session
+from opscope.analysis.function_events import function_events
+from opscope.event_list import EventList
+from opscope.model.session import OPTION_NAMES, ProfileSession
+from opscope.record_function import RECORDING, record_function
+from opscope.schedule import TRANSITIONS, ProfilerAction, as_action, default_schedule
+
+PROFILER_STEP_NAME = "ProfilerStep"
+
+_active_lock = threading.Lock()
+_active: Optional["profile"] = None
+
+
+def _claim(prof: "profile") -> None:
+    global _active
+    with _active_lock:
+        if _active is not None and _active is not prof:
+            raise RuntimeError(
+                "opscope.profile is not reentrant: another profiler is already running "
+                "in this process; stop it before starting a new one")
+        _active = prof
+
+
+def _release(prof: "profile") -> None:
+    global _active
+    with _active_lock:
+        if _active is prof:
+            _active = None
+
+
+def _validate_json(key: str, value: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"metadata key must be a non-empty str, got {key!r}")
+    if not isinstance(value, str):
+        raise TypeError(f"metadata {key!r}: value must be a str of JSON text, "
+                        f"got {type(value).__name__}")
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"metadata {key!r}: value is not valid JSON ({exc}): {value!r}") \
+            from None
+    return value
+
+
+class profile:
+    """Profile the code in a ``with`` block, or between ``start()`` and ``stop()``.
+
+    Arguments and behaviour follow ``torch.profiler.profile``. With a
+    ``schedule``, call ``step()`` once per iteration; each active cycle ends
+    by calling ``on_trace_ready(prof)``.
+
+    >>> import opscope
+    >>> sched = opscope.schedule(wait=1, warmup=1, active=1)
+    >>> with opscope.profile(schedule=sched) as p:
+    ...     for _ in range(3):
+    ...         p.step()
+    >>> p.step_num
+    3
+    """
+
+    def __init__(self, *, activities: Optional[Iterable[ProfilerActivity]] = None,
+                 schedule: Optional[Callable[[int], Any]] = None,
+                 on_trace_ready: Optional[Callable[..., Any]] = None,
+                 record_shapes: bool = False, profile_memory: bool = False,
+                 with_stack: bool = False, with_flops: bool = False,
+                 with_modules: bool = False, experimental_config: Any = None,
+                 execution_trace_observer: Any = None, use_cuda: Optional[bool] = None):
+        self.activities = resolve_activities(activities, use_cuda)
+        if schedule is not None and not callable(schedule):
+            raise TypeError(f"schedule must be callable (see opscope.schedule), got {schedule!r}")
+        if on_trace_ready is not None and not callable(on_trace_ready):
+            raise TypeError(f"on_trace_ready must be callable, got {on_trace_ready!r}")
+        self.record_shapes = bool(record_shapes)
+        self.profile_memory = bool(profile_memory)
+        self.with_stack = bool(with_stack)
+        self.with_flops = bool(with_flops)
+        self.with_modules = bool(with_modules)
+        self.experimental_config = experimental_config
+        self.execution_trace_observer = execution_trace_observer
+        self.record_steps = schedule is not None
+        self.schedule = schedule if schedule is not None else default_schedule
+        self.on_trace_ready = on_trace_ready
+        self.step_num = 0
+        self.current_action = as_action(self.schedule(self.step_num))
+        self.preset_metadata: Dict[str, str] = {}
+        self._collector: Any = None
+        self._recording = False
+        self._metadata: Dict[str, str] = {}
+        self._session: Optional[ProfileSession] = None
+        self._events: Optional[EventList] = None
+        self._step_range: Optional[record_function] = None
+
+    # -- context manager and schedule -------------------------------------------------
+    def __enter__(self) -> "profile":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.execution_trace_observer is not None:
+                self.execution_trace_observer.cleanup()
+
+    def start(self) -> None:
+        """Begin profiling (the first step's action decides whether to record)."""
+        _claim(self)
+        try:
+            self._transit(ProfilerAction.NONE, self.current_action)
+            self._enter_step_range()
+        except BaseException:
+            self._abort()
+            raise
+
+    def stop(self) -> None:
+        """End profiling; results of the last active window become available."""
+        try:
+            self._exit_step_range()
+            self._transit(self.current_action, None)
+        finally:
+            self._abort()
+
+    def step(self) -> None:
+        """Mark the start of the next step (iteration)."""
+        self._exit_step_range()
+        previous = self.current_action
+        self.step_num += 1
+        self.current_action = as_action(self.schedule(self.step_num))
+        self._transit(previous, self.current_action)
+        self._enter_step_range()
+
+    def _enter_step_range(self) -> None:
+        if self.record_steps:
+            self._step_range = record_function(f"{PROFILER_STEP_NAME}#{self.step_num}")
+            self._step_range.__enter__()
+
+    def _exit_step_range(self) -> None:
+        if self._step_range is not None:
+            step_range, self._step_range = self._step_range, None
+            step_range.__exit__(None, None, None)
+
+    def _transit(self, previous: ProfilerAction, current: Optional[ProfilerAction]) -> None:
+        for name in TRANSITIONS.get((previous, current), []):
+            if name.startswith("warn:"):
+                warnings.warn(name[len("warn:"):], stacklevel=3)
+            elif name == "prepare":
+                self._prepare_trace()
+            elif name == "start":
+                self._start_trace()
+            elif name == "stop":
+                self._stop_trace()
+            elif name == "ready":
+                if self.on_trace_ready is not None:
+                    self.on_trace_ready(self)
+
+    def _abort(self) -> None:
+        """Leave no hook installed, whatever happened."""
+        if self._recording:
+            RECORDING.collector = None
+            self._recording = False
+            try:
+                self._collector.stop()
+            except Exception:
+                pass
+        _release(self)
+
+    # -- trace steps ------------------------------------------------------------------
+    def _prepare_trace(self) -> None:
+        if self._collector is None:
+            from opscope.collect import choose_collector
+
+            self._collector = choose_collector()
+
+    def _start_trace(self) -> None:
+        self._prepare_trace()
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.start()
+        self._metadata = {}
+        for name in OPTION_NAMES:
+            if getattr(self, name):
+                self._metadata[name] = "1"
+        dist_info = _distributed_info()
+        if dist_info:
+            self._metadata["distributedInfo"] = json.dumps(dist_info)
+        self._metadata.update(self.preset_metadata)
+        self._collector.start(record_shapes=self.record_shapes)
+        self._recording = True
+        RECORDING.collector = self._collector
+
+    def _stop_trace(self) -> None:
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.stop()
+        if not self._recording:
+            return
+        RECORDING.collector = None
+        self._recording = False
+        raw = self._collector.stop()
+        options = {name: getattr(self, name) for name in OPTION_NAMES}
+        self._session = build_session(raw, options=options, metadata=dict(self._metadata))
+        self._events = None
+
+    # -- results ------------------------------------------------------------------------
+    @property
+    def session(self) -> ProfileSession:
+        """The analysed session of the last finished active window."""
+        if self._session is None:
+            if self._recording:
+                raise RuntimeError("opscope.profile: results are available after the profiler "
+                                   "stops; leave the `with` block or call stop() first")
+            raise RuntimeError("opscope.profile: no results: nothing was recorded yet (the "
+                               "profiler never ran an active step)")
+        return self._session
+
+    def events(self) -> EventList:
+        """Every recorded event as a FunctionEvent, sorted by start time."""
+        if self._events is None:
+            self._events = EventList(function_events(self.session),
+                                     profile_memory=self.profile_memory,
+                                     with_flops=self.with_flops)
+        return self._events
+
+    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
+                     group_by_overload_name: bool = False) -> EventList:
+        """Events averaged by name (and optionally input shapes or the top of the stack)."""
+        if group_by_overload_name:
+            return self.events().key_averages(group_by_input_shape, group_by_stack_n,
+                                              group_by_overload_name=True)
+        session = self.session
+        rows = aggregate_rows(session.table, group_by_input_shape=group_by_input_shape,
+                              group_by_stack_n=group_by_stack_n, stacks=session.stacks)
+        return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
+
+    def total_average(self):
+        """All events summed into one row with key "Total"."""
+        return self.events().total_average()
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Total self CPU time of all events, in microseconds."""
+        return float(self.session.table.self_ns.sum()) / 1000.0
+
+    def add_metadata(self, key: str, value: str) -> None:
+        """Add a string entry to the trace's top-level metadata."""
+        if not isinstance(value, str):
+            raise TypeError(f"add_metadata {key!r}: value must be a str, "
+                            f"got {type(value).__name__}")
+        self.add_metadata_json(key, json.dumps(value))
+
+    def add_metadata_json(self, key: str, value: str) -> None:
+        """Add an entry whose value is JSON text to the trace's top-level metadata."""
+        _validate_json(key, value)
+        if self._recording or self._session is None:
+            self._metadata[key] = value
+        else:
+            self._session.metadata[key] = value
+
+    def preset_metadata_json(self, key: str, value: str) -> None:
+        """Metadata added to every trace this profiler starts from now on."""
+        self.preset_metadata[key] = _validate_json(key, value)
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Write the Chrome/Perfetto trace (gzipped when ``path`` ends in ``.gz``)."""
+        from opscope.export.chrome_trace import write_chrome_trace
+
+        write_chrome_trace(self.session, path)
+
+    def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
+        """Write collapsed stacks for flamegraph.pl or speedscope."""
+        from opscope.export.stacks import write_stacks
+
+        write_stacks(self.session, path, metric)
+
+
+def _distributed_info() -> Optional[Dict[str, Any]]:
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            return None
+        info: Dict[str, Any] = {
+            "backend": dist.get_backend(),
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+        }
+        try:
+            info["pg_count"] = dist.get_pg_count()
+            info["pg_config"] = dist.distributed_c10d._get_all_pg_configs()
+        except Exception:
+            pass
+        return info
+    except Exception:
+        return None
+
