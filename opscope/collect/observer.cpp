@@ -7,6 +7,7 @@
 //   int32 name_id, int32 thread_index, uint32 fwd_thread_id, uint32 rf_thread_id,
 //   uint32 shape_offset, uint8 scope, uint8 flags, uint16 pad
 #include <torch/extension.h>
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include <sys/syscall.h>
@@ -123,6 +124,7 @@ struct NameCacheSlot {
 struct ThreadState {
   uint64_t generation = 0;
   bool record_shapes = false;
+  bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
   std::shared_ptr<ThreadBuffer> buffer;
   NameCacheSlot cache[256];
   std::unordered_map<std::string, int32_t> by_content;
@@ -218,9 +220,16 @@ struct Ctx : public at::ObserverContext {
 bool join_session(ThreadState& ts, uint64_t gen) {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (!g_session || g_session->generation != gen) return false;
+  // Workers of at::parallel_for run ops only inside a parallel region, as a
+  // non-master thread; the thread that opened the region is recorded.
+  ts.skip = at::in_parallel_region() && at::get_thread_num() != 0;
+  ts.generation = gen;
+  if (ts.skip) {
+    ts.buffer.reset();
+    return false;
+  }
   ts.buffer = g_session->add_thread();
   ts.record_shapes = g_session->record_shapes;
-  ts.generation = gen;
   return true;
 }
 
@@ -228,7 +237,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   if (gen == 0) return nullptr;
   ThreadState& ts = t_state;
-  if (ts.generation != gen && !join_session(ts, gen)) return nullptr;
+  if (ts.generation != gen) {
+    if (!join_session(ts, gen)) return nullptr;
+  } else if (ts.skip) {
+    return nullptr;
+  }
   ThreadBuffer* buf = ts.buffer.get();
   // Dekker handshake with stop(): publish busy, then re-check the generation.
   buf->busy.store(true, std::memory_order_seq_cst);

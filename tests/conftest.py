@@ -1,0 +1,49 @@
+"""Shared fixtures: no hook may outlive a test; both collectors on demand."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_hooks_left_installed():
+    """After every test: no opscope profiler active and no collector recording."""
+    yield
+    from opscope import profiler
+    from opscope.record_function import RECORDING
+
+    assert RECORDING.collector is None, "a collector is still wired to record_function"
+    assert profiler._active is None, "an opscope.profile is still marked active"
+    from opscope.collect.native_build import _loaded
+
+    if _loaded is not None:
+        assert not _loaded.is_recording(), "the native observer is still registered"
+
+
+@pytest.fixture(params=["native", "python"])
+def collector_name(request, monkeypatch):
+    """Run a test under each collector (OPSCOPE_COLLECTOR)."""
+    monkeypatch.setenv("OPSCOPE_COLLECTOR", request.param)
+    return request.param
+
+
+@pytest.fixture
+def native_only(monkeypatch):
+    monkeypatch.setenv("OPSCOPE_COLLECTOR", "native")
+
+
+def reference_dir() -> Path:
+    """../shared/reference/torch-2.13-cpu beside the repo (CI), else /work/shared."""
+    repo = Path(__file__).resolve().parents[1]
+    for base in (repo.parent / "shared", Path("/work/shared")):
+        candidate = base / "reference" / "torch-2.13-cpu"
+        if candidate.is_dir():
+            return candidate
+    pytest.skip("shared/reference/torch-2.13-cpu not found beside the repo")
+
+
+def pytest_configure(config):
+    os.environ.setdefault("OPSCOPE_QUIET_BUILD", "1")
