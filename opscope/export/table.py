@@ -128,6 +128,12 @@ def _flops_scale(events) -> Optional[Tuple[float, str]]:
     return pow(10, level * -3.0), f"Total {FLOPS_HEADERS[level]}"
 
 
+def _device_average(evt) -> float:
+    # computed here: the CPU-only model classes report a constant 0 for device_time
+    count = _attr(evt, "count")
+    return _attr(evt, "device_time_total") / count if count else 0.0
+
+
 def _counts_device_time(evt) -> bool:
     kind = getattr(getattr(evt, "device_type", None), "name", "CPU")
     if kind == "CPU":
@@ -265,7 +271,7 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
             cells += [format_time(_attr(evt, "self_device_time_total"), time_unit),
                       format_time_share(_attr(evt, "self_device_time_total"), total_device),
                       format_time(_attr(evt, "device_time_total"), time_unit),
-                      format_time(_attr(evt, "device_time"), time_unit)]
+                      format_time(_device_average(evt), time_unit)]
         if profile_memory:
             cells += [format_memory(evt.cpu_memory_usage),
                       format_memory(evt.self_cpu_memory_usage)]
