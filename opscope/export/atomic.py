@@ -66,7 +66,7 @@ def _create_temp(path: str) -> tuple:
 
 @contextmanager
 def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
-                       compresslevel: int = 6, fsync: bool = False) -> Iterator[TextIO]:
+                       compresslevel: int = 3, fsync: bool = False) -> Iterator[TextIO]:
     """Yield a text stream whose content replaces ``path`` when the block ends.
 
     The stream writes to a temp file in the same folder; on normal exit it is
