@@ -53,16 +53,10 @@ def _release(prof: "profile") -> None:
 
 
 def _validate_json(key: str, value: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"metadata key must be a non-empty str, got {key!r}")
-    if not isinstance(value, str):
-        raise TypeError(f"metadata {key!r}: value must be a str of JSON text, "
-                        f"got {type(value).__name__}")
-    try:
-        json.loads(value)
-    except ValueError as exc:
-        raise ValueError(f"metadata {key!r}: value is not valid JSON ({exc}): {value!r}") \
-            from None
+    """Fail where bad metadata is given, not later at export."""
+    from opscope.export.chrome_trace import validate_metadata_json
+
+    validate_metadata_json(key, value)
     return value
 
 
