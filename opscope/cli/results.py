@@ -1,0 +1,103 @@
+"""What a verb does with a profile: write each finished window's files, print the table.
+
+``OUTPUTS`` lists the files written per recorded window. The trace is the only
+one today; a new output (the HTML report, say) is one more entry here and
+every verb writes it.
+
+Example::
+
+    >>> [o.suffix for o in OUTPUTS]
+    ['.pt.trace.json']
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, List, NamedTuple
+
+from opscope.cli.progress import progress
+
+
+class Output(NamedTuple):
+    """One file written per recorded window: what it is, its suffix, how to write it."""
+
+    kind: str
+    suffix: str
+    write: Callable[[Any, str], Any]
+    hint: str = ""
+
+
+OUTPUTS: List[Output] = [
+    Output("trace", ".pt.trace.json", lambda prof, path: prof.export_chrome_trace(path),
+           "open it in https://ui.perfetto.dev or chrome://tracing"),
+    # The HTML report goes here: Output("report", ".html", <writer>, "open it in a browser").
+]
+
+
+class WindowWriter:
+    """An ``on_trace_ready`` handler writing ``OUTPUTS`` for each finished window.
+
+    Files are named ``<stem><suffix>``, or ``<stem>.step<N><suffix>`` with
+    ``by_step`` (N: the window's last step, so repeated windows never collide).
+    Write errors are kept in ``errors`` rather than raised into the profiled
+    program. Set ``stopping`` before calling ``prof.stop()``, so the step
+    number is the one in progress rather than the one just begun.
+
+    >>> w = WindowWriter("/tmp", "out", "train", by_step=True)
+    >>> w.file_name(7, OUTPUTS[0])
+    'train.step7.pt.trace.json'
+    """
+
+    def __init__(self, folder: str, shown_folder: str, stem: str, *, by_step: bool):
+        self.folder = folder
+        self.shown_folder = shown_folder
+        self.stem = stem
+        self.by_step = by_step
+        self.stopping = False
+        self.written: List[str] = []   # one line per file, for the summary
+        self.errors: List[str] = []
+
+    def file_name(self, step: int, output: Output) -> str:
+        """The file name of ``output`` for the window ending at ``step``."""
+        base = f"{self.stem}.step{step}" if self.by_step else self.stem
+        return base + output.suffix
+
+    def __call__(self, prof: Any) -> None:
+        step = prof.step_num if self.stopping else prof.step_num - 1
+        for output in OUTPUTS:
+            name = self.file_name(step, output)
+            try:
+                with progress(f"writing {name}"):
+                    output.write(prof, os.path.join(self.folder, name))
+            except OSError as exc:
+                self.errors.append(f"cannot write {output.kind} {name!r} in "
+                                   f"{self.shown_folder!r} ({exc.strerror or exc})")
+                continue
+            shown = os.path.join(self.shown_folder, name)
+            self.written.append(f"wrote {output.kind} {shown}"
+                                + (f" ({output.hint})" if output.hint else ""))
+
+
+def print_table(prof: Any, *, sort: str, row_limit: int) -> bool:
+    """Print ``key_averages().table(...)`` of the last window on stdout; False if none."""
+    try:
+        prof.session
+    except RuntimeError:
+        return False
+    with progress("analysing"):
+        text = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+    return True
+
+
+def print_summary(writer: WindowWriter) -> None:
+    """One stderr line per file written, then one per write error."""
+    for line in writer.written:
+        print(f"opscope: {line}", file=sys.stderr)
+    for line in writer.errors:
+        print(f"opscope: error: {line}", file=sys.stderr)
+    if not writer.written and not writer.errors:
+        print("opscope: no trace written: no recording window was completed", file=sys.stderr)
+    sys.stderr.flush()

@@ -1,0 +1,102 @@
+"""``opscope run [options] script.py [args...]``: profile a Python program.
+
+The script runs as ``__main__`` with its own arguments. Every
+``optimizer.step()`` ends a step of the profiler, so ``--schedule`` counts
+training iterations. Afterwards the table of the last recorded window is
+printed and its trace written to the output folder.
+
+Example::
+
+    $ opscope run -o out --schedule 1,1,3 train.py --epochs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+
+import opscope
+from opscope.cli.step_hook import after_optimizer_steps
+from opscope.cli.errors import UsageError
+from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_options,
+                                 parse_schedule, prepare_output_dir)
+from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
+                                   start_profiler, warm_up_collector)
+from opscope.cli.results import WindowWriter, print_summary, print_table
+from opscope.cli.script import run_script
+
+SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
+DESCRIPTION = """\
+Run SCRIPT as __main__ under opscope.profile, print the key_averages table of
+the last recorded window and write its Chrome trace to DIR/<script>.pt.trace.json.
+With --schedule, every optimizer.step() call advances the schedule and each
+active window is written as DIR/<script>.step<N>.pt.trace.json (N: the
+window's last step). Everything after SCRIPT is passed to it untouched, and
+opscope exits with the script's exit status (1 if it raised)."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``run`` verb."""
+    parser = subparsers.add_parser("run", help=SUMMARY, description=DESCRIPTION,
+                                   usage="opscope run [options] SCRIPT [ARGS...]",
+                                   allow_abbrev=False)
+    add_output_dir(parser, "the traces")
+    parser.add_argument(
+        "--schedule", metavar=SCHEDULE_FORM, type=parse_schedule,
+        help="record in cycles counted in optimizer steps, as opscope.schedule(wait=, "
+             "warmup=, active=, repeat=); REPEAT 0 (default) cycles until the end")
+    add_table_options(parser)
+    add_profile_flags(parser)
+    # optional for argparse only, so a missing SCRIPT gets our message, not "SCRIPT, ARGS"
+    parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
+    parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
+                        help="arguments for the script, passed through untouched")
+    parser.set_defaults(handler=main)
+
+
+def check_script(path: Optional[str]) -> None:
+    """Raise :class:`UsageError` unless ``path`` is a file to run."""
+    if not path:
+        raise UsageError("argument SCRIPT: expected the Python file to run, "
+                         "as in: opscope run [options] script.py [args...]")
+    if os.path.isdir(path):
+        raise UsageError(f"argument SCRIPT: {path!r} is a folder; expected a Python file")
+    if not os.path.isfile(path):
+        raise UsageError(f"argument SCRIPT: script {path!r} not found")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Profile the script; return the exit status ``opscope run`` ends with."""
+    check_script(args.script)
+    folder = prepare_output_dir(args.output_dir)
+    stem = os.path.splitext(os.path.basename(args.script))[0]
+    writer = WindowWriter(folder, args.output_dir, stem, by_step=args.schedule is not None)
+    prof = opscope.profile(schedule=make_schedule(args.schedule), on_trace_ready=writer,
+                           **profile_kwargs(args))
+    warm_up_collector()
+    with after_optimizer_steps(prof.step):
+        start_profiler(prof)
+        try:
+            outcome = run_script(args.script, args.script_args)
+        finally:
+            writer.stopping = True
+            prof.stop()
+    sys.stdout.flush()
+    if not print_table(prof, sort=args.sort, row_limit=args.row_limit):
+        print(_nothing_recorded(args, prof.step_num), file=sys.stderr)
+    print_summary(writer)
+    outcome.report()
+    if writer.errors and outcome.exit_code == 0:
+        return 1
+    return outcome.exit_code
+
+
+def _nothing_recorded(args: argparse.Namespace, steps: int) -> str:
+    spec = args.schedule
+    if spec is None:
+        return "opscope: nothing was recorded"
+    return (f"opscope: nothing was recorded: --schedule waits {spec.wait} and warms up "
+            f"{spec.warmup} optimizer steps before recording, and the script made {steps}")
