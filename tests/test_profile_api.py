@@ -263,3 +263,55 @@ def test_default_worker_name_is_host_and_pid(native_only, tmp_path):
     (name,) = os.listdir(tmp_path)
     assert name.startswith(f"{socket.gethostname()}_{os.getpid()}.")
     assert name.endswith(".pt.trace.json")
+
+
+ODD_NAMES = ['quote " inside', "back\\slash", "new\nline", "ünïcödé ✓ 🚀", "</script>"]
+
+
+def test_odd_range_names_round_trip_through_the_trace(collector_name, tmp_path):
+    with opscope.profile() as prof:
+        for name in ODD_NAMES:
+            with opscope.record_function(name):
+                torch.ones(1).add(1)
+    assert {e.name for e in prof.events()} >= set(ODD_NAMES)
+    for path in (tmp_path / "odd.json", tmp_path / "odd.json.gz"):
+        prof.export_chrome_trace(str(path))
+        if path.suffix == ".gz":
+            import gzip
+
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                doc = json.load(f)
+        else:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"}
+        assert names >= set(ODD_NAMES)
+
+
+def test_export_stacks_puts_the_op_at_the_leaf(native_only, tmp_path):
+    with opscope.profile() as prof:
+        with opscope.record_function("outer"):
+            torch.mm(torch.randn(64, 64), torch.randn(64, 64))
+    path = tmp_path / "stacks.txt"
+    prof.export_stacks(str(path))
+    lines = path.read_text().splitlines()
+    assert lines, "no stack lines written"
+    for line in lines:
+        frames, value = line.rsplit(" ", 1)
+        assert int(value) > 0
+        assert frames.startswith("outer")
+    assert any(line.rsplit(" ", 1)[0].split(";")[-1] == "aten::mm" for line in lines)
+    with pytest.raises(ValueError, match="metric"):
+        prof.export_stacks(str(tmp_path / "bad.txt"), metric="wall_time")
+    assert not (tmp_path / "bad.txt").exists()
+
+
+def test_table_options_reach_the_formatter(native_only):
+    with opscope.profile() as prof:
+        torch.ones(4).add(1)
+    table = prof.key_averages().table(time_unit="ms", row_limit=3)
+    assert "ms" in table.splitlines()[3]
+    assert "us " not in table
+    with pytest.raises(ValueError, match="self_cpu_time_total"):
+        prof.key_averages().table(sort_by="fastest")
+    events_df = prof.events().to_dataframe()
+    assert "aten::add" in set(events_df["key"])
