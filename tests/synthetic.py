@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -26,9 +25,8 @@ import numpy as np
 
 from opscope.analysis.build import build_session
 from opscope.model.records import (
-    INPUT_BOOL, INPUT_DOUBLE, INPUT_INT, INPUT_INT_LIST, INPUT_NONE, INPUT_STRING,
     INPUT_TENSOR, NO_INPUTS, SCALAR_TYPE_NAMES, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION,
-    SCOPE_USER, RawSession, records_from_rows,
+    SCOPE_USER, RawSession, encode_plain_value, records_from_rows,
 )
 from opscope.model.session import OPTION_NAMES, ProfileSession
 
@@ -87,18 +85,8 @@ def _encode(values: list) -> List[int]:
     for v in values:
         if isinstance(v, TensorSpec):
             out.extend(v.encode())
-        elif isinstance(v, bool):
-            out.extend((INPUT_BOOL, int(v)))
-        elif isinstance(v, int):
-            out.extend((INPUT_INT, v))
-        elif isinstance(v, float):
-            out.extend((INPUT_DOUBLE, struct.unpack("<q", struct.pack("<d", v))[0]))
-        elif isinstance(v, list):
-            out.extend((INPUT_INT_LIST, len(v), *v))
-        elif isinstance(v, str):
-            out.append(INPUT_STRING)
         else:
-            out.append(INPUT_NONE)
+            encode_plain_value(v, out)
     return out
 
 

@@ -13,13 +13,9 @@ Example::
 
 from __future__ import annotations
 
-import struct
 from typing import List, Optional, Sequence
 
-from opscope.model.records import (
-    INPUT_BOOL, INPUT_DOUBLE, INPUT_INT, INPUT_INT_LIST, INPUT_NONE, INPUT_STRING,
-    INPUT_TENSOR, INPUT_TENSOR_LIST,
-)
+from opscope.model.records import INPUT_TENSOR, INPUT_TENSOR_LIST, encode_plain_value
 
 
 def encode_inputs(values: Sequence[object], out: List[int]) -> None:
@@ -37,22 +33,10 @@ def encode_inputs(values: Sequence[object], out: List[int]) -> None:
             except RuntimeError:  # sparse and other layouts have no strides
                 out.extend([0] * v.dim())
             out.append(_scalar_type_index(v.dtype))
-        elif isinstance(v, bool):
-            out.extend((INPUT_BOOL, int(v)))
-        elif isinstance(v, int):
-            out.extend((INPUT_INT, v))
-        elif isinstance(v, float):
-            out.extend((INPUT_DOUBLE, struct.unpack("<q", struct.pack("<d", v))[0]))
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
             out.extend((INPUT_TENSOR_LIST, len(v)))
-        elif isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
-            out.extend((INPUT_INT_LIST, len(v)))
-            out.extend(int(x) for x in v)
-        elif isinstance(v, str):
-            out.append(INPUT_STRING)
         else:
-            out.append(INPUT_NONE)
-
+            encode_plain_value(v, out)
 
 _DTYPE_INDEX: Optional[dict] = None
 

@@ -37,7 +37,25 @@ class Interval:
         return f"Interval(start={self.start:.3f}, end={self.end:.3f})"
 
 
-class FunctionEvent:
+class _CpuEventFields:
+    """Fields every event and row carries; device ones stay zero on the CPU collector."""
+
+    device_time_total = 0.0
+    self_device_time_total = 0.0
+    cuda_time_total = 0.0
+    self_cuda_time_total = 0.0
+    self_cuda_memory_usage = 0
+
+    def _init_cpu_fields(self) -> None:
+        self.device_memory_usage = 0
+        self.self_device_memory_usage = 0
+        self.is_legacy = False
+        self.is_remote = False
+        self.use_device = None
+        self.device_type = DeviceType.CPU if DeviceType is not None else 0
+
+
+class FunctionEvent(_CpuEventFields):
     """One op or range, with the fields torch.profiler's FunctionEvent has."""
 
     def __init__(self, *, id: int, name: str, thread: int, start_us: float, end_us: float,
@@ -66,19 +84,14 @@ class FunctionEvent:
         self.is_user_annotation = is_user_annotation
         self.cpu_memory_usage = cpu_memory_usage
         self.self_cpu_memory_usage = cpu_memory_usage
-        self.device_memory_usage = 0
-        self.self_device_memory_usage = 0
+        self._init_cpu_fields()
         self.cpu_parent: Optional["FunctionEvent"] = None
         self.cpu_children: List["FunctionEvent"] = []
         self.kernels: list = []
         self.count = 1
         self.node_id = -1
-        self.device_type = DeviceType.CPU if DeviceType is not None else 0
         self.device_index = 0
         self.device_resource_id = thread
-        self.is_legacy = False
-        self.is_remote = False
-        self.use_device = None
         self.is_python_function = False
         self._self_cpu_time_total = self_cpu_time_total
 
@@ -102,13 +115,7 @@ class FunctionEvent:
     def cpu_time(self) -> float:
         return self.cpu_time_total / max(1, self.count)
 
-    # Device fields exist for compatibility; the CPU collector leaves them zero.
-    device_time_total = 0.0
-    self_device_time_total = 0.0
     device_time = 0.0
-    cuda_time_total = 0.0
-    self_cuda_time_total = 0.0
-    self_cuda_memory_usage = 0
 
     def __repr__(self) -> str:
         return (f"<FunctionEvent id={self.id} name={self.name} thread={self.thread} "
@@ -117,7 +124,7 @@ class FunctionEvent:
                 f"input_shapes={self.input_shapes}>")
 
 
-class FunctionEventAvg:
+class FunctionEventAvg(_CpuEventFields):
     """One aggregated row of ``key_averages()``: sums over the events of a key."""
 
     def __init__(self, key: str = "", *, count: int = 0, cpu_time_total: float = 0.0,
@@ -134,25 +141,14 @@ class FunctionEventAvg:
         self.scope = scope
         self.cpu_memory_usage = cpu_memory_usage
         self.self_cpu_memory_usage = self_cpu_memory_usage
-        self.device_memory_usage = 0
-        self.self_device_memory_usage = 0
+        self._init_cpu_fields()
         self.flops = flops
         self.is_async = is_async
         self.is_user_annotation = is_user_annotation
         self.overload_name = overload_name
         self.node_id = node_id
-        self.is_legacy = False
-        self.is_remote = False
-        self.use_device = None
-        self.device_type = DeviceType.CPU if DeviceType is not None else 0
         self.cpu_parent = None
         self.cpu_children = None
-
-    device_time_total = 0.0
-    self_device_time_total = 0.0
-    cuda_time_total = 0.0
-    self_cuda_time_total = 0.0
-    self_cuda_memory_usage = 0
 
     @property
     def cpu_time(self) -> float:

@@ -138,6 +138,27 @@ def decode_inputs(blob: np.ndarray, offset: int) -> RecordedInputs:
     return RecordedInputs(shapes, types, strides, concrete)
 
 
+def encode_plain_value(value: object, out: List[int]) -> None:
+    """Append the encoding of one non-tensor input: a scalar, an int list, a string.
+
+    >>> out = []; encode_plain_value(3, out); encode_plain_value([2, 5], out); out
+    [2, 3, 6, 2, 2, 5]
+    """
+    if isinstance(value, bool):
+        out.extend((INPUT_BOOL, int(value)))
+    elif isinstance(value, int):
+        out.extend((INPUT_INT, value))
+    elif isinstance(value, float):
+        out.extend((INPUT_DOUBLE, struct.unpack("<q", struct.pack("<d", value))[0]))
+    elif isinstance(value, (list, tuple)) and all(isinstance(x, int) for x in value):
+        out.extend((INPUT_INT_LIST, len(value)))
+        out.extend(int(x) for x in value)
+    elif isinstance(value, str):
+        out.append(INPUT_STRING)
+    else:
+        out.append(INPUT_NONE)
+
+
 @dataclass
 class RawSession:
     """Everything one collector recorded between start and stop.
