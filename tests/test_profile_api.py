@@ -315,3 +315,28 @@ def test_table_options_reach_the_formatter(native_only):
         prof.key_averages().table(sort_by="fastest")
     events_df = prof.events().to_dataframe()
     assert "aten::add" in set(events_df["key"])
+
+
+def test_distributed_info_when_torch_distributed_is_initialised(native_only, tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not built in")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        with opscope.profile() as prof:
+            torch.ones(2).add(1)
+    finally:
+        dist.destroy_process_group()
+    path = tmp_path / "dist.json"
+    prof.export_chrome_trace(str(path))
+    text = path.read_text()
+    assert '"rank": 0' in text
+    info = json.loads(text)["distributedInfo"]
+    assert info["backend"] == "gloo" and info["world_size"] == 1
+    # and without a process group there is none
+    with opscope.profile() as plain:
+        torch.ones(2).add(1)
+    plain.export_chrome_trace(str(path))
+    assert "distributedInfo" not in json.loads(path.read_text())
