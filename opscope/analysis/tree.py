@@ -20,48 +20,119 @@ Example::
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from opscope.model.events import EventTable
 
 
 def assign_parents(table: EventTable) -> np.ndarray:
-    """Parent index of each event (-1 for a root), from interval nesting."""
+    """Parent index of each event (-1 for a root), from interval nesting.
+
+    Vectorised: a depth sweep finds each event's innermost open interval. A
+    thread whose intervals are not cleanly nested (two ranges that cross) is
+    redone with the exact stack rule, so the result always equals torch's.
+    """
     n = len(table)
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return parent
-    sync = ~table.is_async
-    thread = table.thread_index
-    start = table.start_ns
-    end = table.end_ns
-    # table is sorted by (start, -end); a stable sort by thread keeps that order
-    order = np.argsort(thread, kind="stable")
-    order = order[sync[order]]
-    starts = start[order].tolist()
-    ends = end[order].tolist()
-    threads = thread[order].tolist()
-    idx = order.tolist()
-    out = parent.tolist()
-    stack_idx: list = []
+    sync = np.flatnonzero(~table.is_async)
+    if len(sync) == 0:
+        return parent
+    thread = table.thread_index[sync].astype(np.int64)
+    start = table.start_ns[sync]
+    end = table.end_ns[sync]
+    found = _parents_by_depth(thread, start, end)
+    if found is None:
+        found = np.full(len(sync), -1, dtype=np.int64)
+        bad_threads = sorted(set(thread.tolist()))
+    else:
+        bad_threads = _threads_not_nested(thread, start, end, found)
+    for t in bad_threads:
+        rows = np.flatnonzero(thread == t)
+        found[rows] = _parents_by_stack(start[rows], end[rows], rows)
+    parent[sync] = np.where(found >= 0, sync[np.maximum(found, 0)], -1)
+    return parent
+
+
+def _parents_by_depth(thread: np.ndarray, start: np.ndarray,
+                      end: np.ndarray) -> Optional[np.ndarray]:
+    """Parents (positions in the given order) assuming intervals nest cleanly.
+
+    Rows are sorted by (start, -end). An event's depth is the number of
+    earlier non-zero-length events on its thread minus those already closed
+    (end <= its start: touching ranges do not nest). Zero-length events never
+    contain anything, so they leave other depths alone. The parent is the
+    latest earlier event one level up on the same thread.
+    """
+    n = len(start)
+    idx = np.arange(n, dtype=np.int64)
+    t = thread.astype(np.int64)
+    tmin = int(start.min())
+    span = int(max(end.max(), start.max())) - tmin + 2
+    n_threads = int(t.max()) + 1
+    if span * n_threads >= 2 ** 62:  # packed keys would overflow
+        return None
+    nonzero = end > start
+    # rank among earlier non-zero events of the same thread (stable: keeps order)
+    by_thread = np.argsort(t, kind="stable")
+    nz_sorted = nonzero[by_thread].astype(np.int64)
+    csum = np.cumsum(nz_sorted) - nz_sorted
+    first_of_thread = np.searchsorted(t[by_thread], np.arange(n_threads), side="left")
+    csum -= csum[first_of_thread][t[by_thread]]
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_thread] = csum
+    # non-zero events already closed at each start
+    ends = np.sort(t[nonzero] * span + (end[nonzero] - tmin))
+    starts_key = t * span + (start - tmin)
+    closed = np.searchsorted(ends, starts_key, side="right") - \
+        np.searchsorted(ends, t * span, side="left")
+    depth = rank - closed
+    levels = int(depth.max()) + 2
+    key = (t * levels + depth) * n + idx
+    sorted_keys = np.sort(key)
+    query = (t * levels + depth - 1) * n + idx
+    pos = np.searchsorted(sorted_keys, query) - 1
+    cand = sorted_keys[np.maximum(pos, 0)]
+    ok = (pos >= 0) & (depth > 0) & (cand // n == query // n)
+    return np.where(ok, cand % n, -1)
+
+
+def _threads_not_nested(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+                        parent: np.ndarray) -> list:
+    """Threads where the depth tree is not a clean nesting (then the stack rule differs)."""
+    has = parent >= 0
+    p = np.maximum(parent, 0)
+    inside = ~has | ((start[p] <= start) & (end <= end[p]) & (start < end[p]))
+    # siblings (same parent, same thread) must not overlap, in start order
+    sib_order = np.lexsort((np.arange(len(start)), parent, thread))
+    same = (thread[sib_order][1:] == thread[sib_order][:-1]) & \
+        (parent[sib_order][1:] == parent[sib_order][:-1])
+    overlap = same & (start[sib_order][1:] < end[sib_order][:-1])
+    bad = set(thread[~inside].tolist())
+    bad.update(thread[sib_order][1:][overlap].tolist())
+    return sorted(bad)
+
+
+def _parents_by_stack(start: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """torch's stack rule on one thread's events (sorted by (start, -end)).
+
+    An open event stops being a candidate parent once an event starts at or
+    after its end, or ends after it. Returns positions into the full arrays.
+    """
+    out = [-1] * len(rows)
+    stack_pos: list = []
     stack_end: list = []
-    current_thread = None
-    for k in range(len(idx)):
-        t = threads[k]
-        if t != current_thread:
-            stack_idx.clear()
-            stack_end.clear()
-            current_thread = t
-        s, e = starts[k], ends[k]
-        while stack_end:
-            pe = stack_end[-1]
-            if s >= pe or e > pe:
-                stack_end.pop()
-                stack_idx.pop()
-            else:
-                out[idx[k]] = stack_idx[-1]
-                break
-        stack_idx.append(idx[k])
+    rows_l = rows.tolist()
+    for k, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
+        while stack_end and (s >= stack_end[-1] or e > stack_end[-1]):
+            stack_end.pop()
+            stack_pos.pop()
+        if stack_pos:
+            out[k] = stack_pos[-1]
+        stack_pos.append(rows_l[k])
         stack_end.append(e)
     return np.asarray(out, dtype=np.int64)
 
