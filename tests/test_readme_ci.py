@@ -68,7 +68,8 @@ def _fake_repo(tmp_path: Path, tests_command: str) -> tuple:
     # `opscope demo -o DIR` writes a minimal valid trace
     fake.write_text('#!/usr/bin/env bash\necho "{}" > "$3/demo.pt.trace.json"\n')
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               OPSCOPE_CI_SKIP_VIEWER_TOOLS="1")
     return repo, env
 
 
@@ -95,3 +96,10 @@ def test_ci_run_fails_when_demo_writes_no_trace(tmp_path):
                             text=True, timeout=60)
     assert result.returncode != 0
     assert "demo.pt.trace.json" in result.stderr
+
+
+def test_ci_run_installs_the_viewer_tools_before_the_tests():
+    text = CI_RUN.read_text()
+    assert text.index("install_viewer_tools\n") < text.index('echo "+ $tests_part"')
+    for tool in ("chromium", "torch-tb-profiler==0.4.3", "webcomponents.js@0.7.24"):
+        assert tool in text
