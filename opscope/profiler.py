@@ -26,7 +26,7 @@ from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
 from opscope.event_list import EventList
 from opscope.model.session import OPTION_NAMES, ProfileSession
-from opscope.record_function import RECORDING, record_function
+from opscope.record_function import record_function, set_recording_collector
 from opscope.schedule import TRANSITIONS, ProfilerAction, as_action, default_schedule
 
 PROFILER_STEP_NAME = "ProfilerStep"
@@ -174,7 +174,7 @@ class profile:
     def _abort(self) -> None:
         """Leave no hook installed, whatever happened."""
         if self._recording:
-            RECORDING.collector = None
+            set_recording_collector(None)
             self._recording = False
             try:
                 self._collector.stop()
@@ -203,14 +203,14 @@ class profile:
         self._metadata.update(self.preset_metadata)
         self._collector.start(record_shapes=self.record_shapes)
         self._recording = True
-        RECORDING.collector = self._collector
+        set_recording_collector(self._collector)
 
     def _stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.stop()
         if not self._recording:
             return
-        RECORDING.collector = None
+        set_recording_collector(None)
         self._recording = False
         raw = self._collector.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}

@@ -21,16 +21,21 @@ import functools
 from typing import Any, Optional
 
 
-class _Recording:
-    """The collector of the running profiler, or None. Set only by opscope.profile."""
-
-    __slots__ = ("collector",)
-
-    def __init__(self) -> None:
-        self.collector: Any = None
+# The collector of the running opscope profiler, or None. Only opscope.profile
+# sets it (through set_recording_collector); a module global is the cheapest
+# thing to test on the idle path.
+_collector: Any = None
 
 
-RECORDING = _Recording()
+def set_recording_collector(collector: Any) -> None:
+    """Wire ``record_function`` to a collector (None: back to a no-op)."""
+    global _collector
+    _collector = collector
+
+
+def recording_collector() -> Any:
+    """The collector ``record_function`` currently records into, or None."""
+    return _collector
 
 
 class record_function:
@@ -39,28 +44,25 @@ class record_function:
     ``args`` is accepted for compatibility (torch attaches it to the range).
     """
 
-    __slots__ = ("name", "args", "_handle", "_collector")
+    __slots__ = ("name", "args", "_handle")
 
     def __init__(self, name: str, args: Optional[str] = None):
-        if not isinstance(name, str):
-            raise TypeError(f"record_function: name must be a str, got {type(name).__name__}")
         self.name = name
         self.args = args
-        self._handle = None
-        self._collector = None
+        self._handle = None  # (collector, range handle) while open
+        if type(name) is not str and not isinstance(name, str):
+            raise TypeError(f"record_function: name must be a str, got {type(name).__name__}")
 
     def __enter__(self) -> "record_function":
-        collector = RECORDING.collector
-        if collector is not None:
-            self._collector = collector
-            self._handle = collector.range_push(self.name)
+        if _collector is not None:
+            self._handle = (_collector, _collector.range_push(self.name))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._handle is not None:
-            handle, self._handle = self._handle, None
-            self._collector.range_pop(handle)
-            self._collector = None
+            collector, handle = self._handle
+            self._handle = None
+            collector.range_pop(handle)
         return False
 
     def __call__(self, fn):

@@ -13,9 +13,9 @@ def no_hooks_left_installed():
     """After every test: no opscope profiler active and no collector recording."""
     yield
     from opscope import profiler
-    from opscope.record_function import RECORDING
+    from opscope.record_function import recording_collector
 
-    assert RECORDING.collector is None, "a collector is still wired to record_function"
+    assert recording_collector() is None, "a collector is still wired to record_function"
     assert profiler._active is None, "an opscope.profile is still marked active"
     from opscope.collect.native_build import _loaded
 

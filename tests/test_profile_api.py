@@ -89,7 +89,7 @@ def test_same_name_only_child_is_folded_like_torch(native_only):
 def test_record_function_idle_is_a_no_op():
     rf = opscope.record_function("idle")
     with rf:
-        pass
+        assert rf._handle is None
     assert rf._handle is None
     with pytest.raises(TypeError, match="name"):
         opscope.record_function(42)
