@@ -68,3 +68,20 @@ def test_bad_collector_name_is_rejected(tmp_path):
     proc = run_script({"OPSCOPE_COLLECTOR": "kineto"}, tmp_path)
     assert proc.returncode != 0
     assert "OPSCOPE_COLLECTOR must be 'native' or 'python'" in proc.stderr
+
+
+def test_native_timestamps_are_on_the_monotonic_clock(native_only):
+    """Ticks are converted to CLOCK_MONOTONIC ns at stop: ops fall between readings."""
+    import time
+
+    import opscope
+
+    with opscope.profile() as prof:
+        before = time.monotonic_ns()
+        torch.ones(8).add(1)
+        after = time.monotonic_ns()
+    table = prof.session.table
+    names = [table.name(i) for i in range(len(table))]
+    i = names.index("aten::add")
+    slack = 200_000  # 0.2 ms for the tick-to-ns fit
+    assert before - slack <= table.start_ns[i] <= table.end_ns[i] <= after + slack
