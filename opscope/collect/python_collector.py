@@ -85,14 +85,15 @@ from torch.utils._python_dispatch import (
 )
 
 from opscope.collect.input_encoding import _scalar_type_index, encode_inputs
+from opscope.collect.python_backward import BackwardHooks
+from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
 from opscope.model.records import (
-    FLAG_UNFINISHED, NO_INPUTS, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER,
+    FLAG_UNFINISHED, NO_INPUTS, SCOPE_FUNCTION, SCOPE_USER,
     RawSession, records_from_rows,
 )
 
 _REMOVAL_TRIES = 10_000  # profile events to wait for a stashed mode to come back
 _SKIP = -1  # name id of ops we never record (record_function's own profiler:: ops)
-_EVALUATE = "autograd::engine::evaluate_function: "
 # c10::Layout and c10::MemoryFormat values, as torch.profiler's inputs show them
 _ENUM_VALUES = {
     torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch._mkldnn: 3,
@@ -100,30 +101,6 @@ _ENUM_VALUES = {
     torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
     torch.channels_last_3d: 3,
 }
-_monotonic_ns = time.monotonic_ns
-
-
-class _ThreadBuffer:
-    """One thread's rows (RECORD_DTYPE field order) and encoded inputs."""
-
-    __slots__ = ("index", "os_tid", "rows", "inputs", "backward")
-
-    def __init__(self, index: int):
-        self.index = index
-        self.os_tid = threading.get_native_id()
-        self.rows: List[Any] = []  # tuples when complete, lists while open
-        self.inputs: List[int] = []
-        self.backward: List[tuple] = []  # open (evaluate_function, node) row pairs
-
-
-def _row(buf: _ThreadBuffer, start: int, name_id: int, scope: int, seq_nr: int = -1) -> list:
-    return [start, 0, seq_nr, name_id, buf.index, 0, buf.index + 1, NO_INPUTS, scope,
-            FLAG_UNFINISHED, 0]
-
-
-def _close(row: list, end: int) -> None:
-    row[1] = end
-    row[9] &= ~FLAG_UNFINISHED
 
 
 class _OpMode(TorchDispatchMode):
@@ -151,11 +128,11 @@ class _OpMode(TorchDispatchMode):
             return func(*args, **kwargs)
         buf = rec.buffer()
         offset = rec.encode(buf, func, args, kwargs) if rec.record_shapes else NO_INPUTS
-        start = _monotonic_ns()
+        start = monotonic_ns()
         try:
             return func(*args, **kwargs)
         finally:
-            buf.rows.append((start, _monotonic_ns(), -1, name_id, buf.index, 0, buf.index + 1,
+            buf.rows.append((start, monotonic_ns(), -1, name_id, buf.index, 0, buf.index + 1,
                              offset, SCOPE_FUNCTION, 0, 0))
 
 
@@ -174,7 +151,7 @@ def _remove_mode(mode: TorchDispatchMode) -> bool:
     return True
 
 
-class _Recording:
+class _Recording(BackwardHooks):
     """The state of one start..stop: buffers, names, and what was patched."""
 
     def __init__(self, record_shapes: bool):
@@ -186,7 +163,7 @@ class _Recording:
         self.name_ids: Dict[str, int] = {}
         self.op_ids: Dict[Any, int] = {}
         self.arg_specs: Dict[Any, Optional[tuple]] = {}
-        self.buffers: List[_ThreadBuffer] = []
+        self.buffers: List[ThreadBuffer] = []
         self.ranges: Dict[int, list] = {}  # range_push handle -> row
         self.rf_rows: Dict[int, List[list]] = {}  # id(record_function) -> open rows
         self._local = threading.local()
@@ -213,16 +190,16 @@ class _Recording:
         self.op_ids[func] = sid
         return sid
 
-    def buffer(self) -> _ThreadBuffer:
+    def buffer(self) -> ThreadBuffer:
         buf = getattr(self._local, "buf", None)
         if buf is None:
             with self._lock:
-                buf = _ThreadBuffer(len(self.buffers))
+                buf = ThreadBuffer(len(self.buffers))
                 self.buffers.append(buf)
             self._local.buf = buf
         return buf
 
-    def join_thread(self) -> _ThreadBuffer:
+    def join_thread(self) -> ThreadBuffer:
         """This thread's buffer; a thread seen for the first time also gets the mode."""
         if getattr(self._local, "buf", None) is None:
             if _len_torch_dispatch_stack() == 0:
@@ -263,7 +240,7 @@ class _Recording:
             sys.setprofile(None)
 
     # -- inputs -----------------------------------------------------------
-    def encode(self, buf: _ThreadBuffer, func, args, kwargs) -> int:
+    def encode(self, buf: ThreadBuffer, func, args, kwargs) -> int:
         spec = self.arg_specs.get(func, False)
         if spec is False:
             spec = self.arg_specs[func] = _arg_spec(func)
@@ -284,9 +261,9 @@ class _Recording:
     # -- ranges -----------------------------------------------------------
     def range_begin(self, name: str) -> list:
         buf = self.join_thread()
-        row = _row(buf, 0, self.intern(name), SCOPE_USER)
+        row = open_row(buf, 0, self.intern(name), SCOPE_USER)
         buf.rows.append(row)
-        row[0] = _monotonic_ns()
+        row[0] = monotonic_ns()
         return row
 
     def rf_enter(self, rf) -> None:
@@ -294,74 +271,12 @@ class _Recording:
             self.rf_rows.setdefault(id(rf), []).append(self.range_begin(str(rf.name)))
 
     def rf_exit(self, rf) -> None:
-        end = _monotonic_ns()
+        end = monotonic_ns()
         rows = self.rf_rows.get(id(rf))
         if rows:
-            _close(rows.pop(), end)
+            close_row(rows.pop(), end)
             if not rows:
                 del self.rf_rows[id(rf)]
-
-    # -- backward ---------------------------------------------------------
-    def hook_graph(self, roots) -> list:
-        """Put our pre/post hooks on every node reachable from ``roots``."""
-        if not isinstance(roots, (list, tuple)):  # a tensor or edge; never consume an iterator
-            roots = [roots]
-        todo = []
-        for r in roots or ():
-            todo.append(r.grad_fn if isinstance(r, torch.Tensor) else getattr(r, "node", None))
-        seen = set()
-        handles = []
-        while todo:
-            node = todo.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            name = node.name()
-            seq = node._sequence_nr()
-            ids = (self.intern(_EVALUATE + name), self.intern(name),
-                   seq if seq < 2**63 else seq - 2**64)  # uint64 max means none: -1
-            try:
-                handles.append(node.register_prehook(functools.partial(self._node_pre, ids)))
-                handles.append(node.register_hook(self._node_post))
-            except RuntimeError:
-                pass
-            todo.extend(f for f, _ in node.next_functions)
-        return handles
-
-    def _node_pre(self, ids, grad_outputs):
-        if not self.active:
-            return None
-        buf = self.buffer()
-        outer = _row(buf, _monotonic_ns(), ids[0], SCOPE_FUNCTION)
-        inner = _row(buf, _monotonic_ns(), ids[1], SCOPE_BACKWARD_FUNCTION, ids[2])
-        buf.rows.append(outer)
-        buf.rows.append(inner)
-        buf.backward.append((outer, inner))
-        return None
-
-    def _node_post(self, grad_inputs, grad_outputs):
-        buf = getattr(self._local, "buf", None)
-        if buf is not None and buf.backward:
-            outer, inner = buf.backward.pop()
-            _close(inner, _monotonic_ns())
-            _close(outer, _monotonic_ns())
-        return None
-
-    def run_backward(self, original: Callable, root_param: str, args, kwargs):
-        if not self.active:
-            return original(*args, **kwargs)
-        buf = self.join_thread()
-        depth = len(buf.backward)
-        handles = self.hook_graph(args[0] if args else kwargs.get(root_param))
-        try:
-            return original(*args, **kwargs)
-        finally:
-            for h in handles:
-                h.remove()
-            while len(buf.backward) > depth:  # nodes a raising backward left open
-                outer, inner = buf.backward.pop()
-                _close(inner, _monotonic_ns())
-                _close(outer, _monotonic_ns())
 
     # -- install / uninstall ----------------------------------------------
     def patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
@@ -475,7 +390,7 @@ class PythonCollector:
     @staticmethod
     def now_ns() -> int:
         """CLOCK_MONOTONIC in ns, the clock of every record (as the native collector)."""
-        return _monotonic_ns()
+        return monotonic_ns()
 
     def is_recording(self) -> bool:
         return self._rec is not None and self._rec.active
@@ -493,8 +408,8 @@ class PythonCollector:
             except Exception:
                 pass  # the install error is the one to report
             raise
-        self._epoch_offset_ns = time.time_ns() - _monotonic_ns()
-        self._start_ns = _monotonic_ns()
+        self._epoch_offset_ns = time.time_ns() - monotonic_ns()
+        self._start_ns = monotonic_ns()
         rec.active = True
         self._rec = rec
 
@@ -503,7 +418,7 @@ class PythonCollector:
         if rec is None:
             raise RuntimeError("opscope python collector is not recording; call start() first")
         rec.active = False
-        stop_ns = _monotonic_ns()
+        stop_ns = monotonic_ns()
         self._rec = None
         rec.uninstall()
         rows = []
@@ -534,8 +449,8 @@ class PythonCollector:
         return handle
 
     def range_pop(self, handle: int) -> None:
-        end = _monotonic_ns()
+        end = monotonic_ns()
         rec = self._rec
         row = rec.ranges.pop(handle, None) if rec is not None else None
         if row is not None:
-            _close(row, end)
+            close_row(row, end)
