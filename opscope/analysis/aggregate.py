@@ -111,8 +111,8 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
         i = int(first[g])
         shapes = None
         if group_by_input_shape:
-            rec = table.inputs(i)
-            shapes = rec.shapes if rec is not None else []
+            sig, decoded = table.input_signatures()
+            shapes = decoded[sig[i]].shapes if sig[i] >= 0 else []
         stack: list = []
         if group_by_stack_n > 0 and stacks is not None and stacks[i]:
             stack = list(stacks[i][:group_by_stack_n])
@@ -138,11 +138,14 @@ def _string_groups(table: EventTable, base_key: np.ndarray, by_shape: bool, stac
     keys: Dict[tuple, int] = {}
     out = np.empty(len(table), dtype=np.int64)
     base = base_key.tolist()
+    if by_shape:
+        sig, decoded = table.input_signatures()
+        shape_text = [str(rec.shapes) for rec in decoded] + ["[]"]
+        shape_of = [shape_text[k] for k in sig.tolist()]  # -1 picks "[]"
     for i in range(len(table)):
         parts: tuple = (base[i],)
         if by_shape:
-            rec = table.inputs(i)
-            parts += (str(rec.shapes if rec is not None else []),)
+            parts += (shape_of[i],)
         if stack_n > 0:
             frames = stacks[i] if stacks is not None and stacks[i] else []
             parts += tuple(frames[:stack_n])

@@ -38,14 +38,15 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     self_ns = t.self_ns.tolist()
     is_async = t.is_async.tolist()
     parent = t.parent.tolist()
+    sig, decoded = t.input_signatures() if with_shapes else (None, [])
+    sig_l = sig.tolist() if sig is not None else []
     out: List[FunctionEvent] = []
     for i in range(len(t)):
         raw_name = names[name_id[i]]
         shapes = dtypes = concrete = None
-        if with_shapes:
-            rec = t.inputs(i)
-            if rec is not None:
-                shapes, dtypes, concrete = rec.shapes, rec.types, rec.concrete
+        if with_shapes and sig_l[i] >= 0:
+            rec = decoded[sig_l[i]]
+            shapes, dtypes, concrete = rec.shapes, rec.types, rec.concrete
         out.append(FunctionEvent(
             id=i + 1,
             name=display_name(raw_name),

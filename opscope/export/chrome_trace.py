@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -294,13 +294,15 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
     with_seq = prefix + ('"args": {"External id": %d, "Sequence number": %d, '
                          '"Fwd thread id": %d, "Record function id": 0, "Ev Idx": %d}}')
     without_seq = prefix + '"args": {"External id": %d, "Record function id": 0, "Ev Idx": %d}}'
+    input_args = _input_args_by_event(table)
     chunk: List[str] = []
     append = chunk.append
     rows = zip(range(len(table)), head_col, tids, ts[0], ts[1], dur[0], dur[1],
                table.seq_nr.tolist(), table.fwd_thread_id.tolist(), extra.tolist())
     for i, head, tid, tq, tr, dq, dr, seq, fwd, slow in rows:
         if slow:
-            append(_op_line_with_extras(session, i, prefix % (head, tid, tq, tr, dq, dr), seq, fwd))
+            append(_op_line_with_extras(session, i, prefix % (head, tid, tq, tr, dq, dr), seq, fwd,
+                                        input_args))
         elif seq >= 0:
             append(with_seq % (head, tid, tq, tr, dq, dr, i + 1, seq, fwd, i))
         else:
@@ -312,17 +314,25 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
     out.extend(chunk)
 
 
-def _op_line_with_extras(session: ProfileSession, i: int, line: str, seq: int, fwd: int) -> str:
+def _input_args_by_event(table) -> List[str]:
+    """Per event, its rendered input args ('' when none); each distinct signature once."""
+    sig, decoded = table.input_signatures()
+    if not decoded:
+        return [""] * len(table)
+    rendered = [('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
+                 '"Input Dims": %s, ' % (json.dumps(rec.concrete), json.dumps(rec.types),
+                                         json.dumps(rec.strides), json.dumps(rec.shapes)))
+                for rec in decoded] + [""]
+    return [rendered[k] for k in sig.tolist()]  # -1 picks the trailing ""
+
+
+def _op_line_with_extras(session: ProfileSession, i: int, line: str, seq: int, fwd: int,
+                         input_args: List[str]) -> str:
     """Finish the ``X`` line of a row that has recorded inputs or a Python stack."""
     line += '"args": {"External id": %d, ' % (i + 1)
     if seq >= 0:
         line += '"Sequence number": %d, "Fwd thread id": %d, ' % (seq, fwd)
-    line += '"Record function id": 0, '
-    rec = session.table.inputs(i)
-    if rec is not None:
-        line += ('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
-                 '"Input Dims": %s, ' % (json.dumps(rec.concrete), json.dumps(rec.types),
-                                         json.dumps(rec.strides), json.dumps(rec.shapes)))
+    line += '"Record function id": 0, ' + input_args[i]
     stack = session.stacks[i] if session.stacks is not None else None
     if stack:
         # torch: innermost frame first, each frame followed by ';'

@@ -14,11 +14,12 @@ Example::
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.model.records import FLAG_ASYNC, NO_INPUTS, RawSession, RecordedInputs
+from opscope.model.records import (FLAG_ASYNC, NO_INPUTS, RawSession, RecordedInputs,
+                                    decode_inputs)
 
 
 def sort_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -92,6 +93,7 @@ class EventTable:
         self.epoch_offset_ns = epoch_offset_ns
         self.thread_ids = np.asarray(thread_ids if thread_ids is not None else [], dtype=np.int64)
         n = len(self.name_id)
+        self._signatures: Optional[Tuple[np.ndarray, List[RecordedInputs]]] = None
         self.parent = np.full(n, -1, dtype=np.int64)
         self.self_ns = self.end_ns - self.start_ns
 
@@ -133,6 +135,38 @@ class EventTable:
         if self.raw is None or off == NO_INPUTS:
             return None
         return self.raw.inputs_of(int(self.thread_index[i]), off)
+
+    def input_signatures(self) -> Tuple[np.ndarray, List[RecordedInputs]]:
+        """Distinct recorded inputs: an id per event (-1: none) and each id's decoding.
+
+        Events whose encoded inputs are byte-identical share an id, so each
+        distinct signature is decoded (and rendered by exporters) once.
+        """
+        if self._signatures is not None:
+            return self._signatures
+        sig = np.full(len(self), -1, dtype=np.int64)
+        decoded: List[RecordedInputs] = []
+        has = np.flatnonzero(self.input_offset != NO_INPUTS) if self.raw is not None else []
+        if len(has):
+            ids: Dict[bytes, int] = {}
+            threads = self.thread_index[has]
+            offsets = self.input_offset[has].astype(np.int64)
+            for t in np.unique(threads).tolist():
+                rows = has[threads == t]
+                offs = offsets[threads == t]
+                blob = self.raw.inputs[t] if t < len(self.raw.inputs) else np.zeros(0, np.int64)
+                bounds = np.unique(offs)
+                ends = np.append(bounds[1:], len(blob))[np.searchsorted(bounds, offs)]
+                raw_bytes = blob.tobytes()
+                for row, a, b in zip(rows.tolist(), offs.tolist(), ends.tolist()):
+                    key = raw_bytes[a * 8:b * 8]
+                    sid = ids.get(key)
+                    if sid is None:
+                        sid = ids[key] = len(decoded)
+                        decoded.append(decode_inputs(blob, a))
+                    sig[row] = sid
+        self._signatures = (sig, decoded)
+        return self._signatures
 
     def take(self, keep: np.ndarray) -> "EventTable":
         """A new table with only the events where ``keep`` is true (parents remapped)."""
