@@ -455,9 +455,10 @@ std::unique_ptr<at::ObserverContext> empty_start(const at::RecordFunction&) {
 void empty_end(const at::RecordFunction&, at::ObserverContext*) {}
 at::CallbackHandle g_empty_handle = 0;
 
-void empty_observer_start() {
+void empty_observer_start(bool needs_inputs) {
   if (g_empty_handle == 0) {
-    g_empty_handle = at::addGlobalCallback(at::RecordFunctionCallback(empty_start, empty_end));
+    g_empty_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(empty_start, empty_end).needsInputs(needs_inputs));
   }
 }
 
@@ -477,7 +478,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
   m.def("range_push", &range_push);
   m.def("range_pop", &range_pop);
-  m.def("empty_observer_start", &empty_observer_start,
+  m.def("empty_observer_start", &empty_observer_start, py::arg("needs_inputs") = false,
         "Register a do-nothing global callback (benchmarks: RecordFunction's own cost)");
   m.def("empty_observer_stop", &empty_observer_stop);
   m.attr("RECORD_SIZE") = int(sizeof(Record));

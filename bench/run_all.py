@@ -1,0 +1,109 @@
+"""Run every benchmark at full size and write BENCHMARKS.md (atomically).
+
+    python bench/run_all.py [--quick] [--output PATH] [--from-json DIR]
+
+Each script runs in its own process, one after the other, and saves its result with
+``--json``; the document is rendered from those results only. ``--from-json DIR``
+renders the document from results saved earlier as ``DIR/<script>.json``, running nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List
+
+import common
+
+SCRIPTS = ("overhead.py", "postprocess.py", "trace_size.py", "collector_memory.py",
+           "record_function_idle.py")
+
+
+def run_script(script: str, quick: bool, folder: str) -> dict:
+    out = Path(folder) / (script + ".json")
+    cmd = [sys.executable, str(common.BENCH_DIR / script), "--json", str(out)]
+    if quick:
+        cmd.append("--quick")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"run_all: {script} failed (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    result = json.loads(out.read_text())
+    result["elapsed_s"] = time.perf_counter() - t0
+    return result
+
+
+def render_document(results: List[dict], quick: bool = False) -> str:
+    """BENCHMARKS.md from the scripts' results."""
+    m = results[0]["machine"]
+    total = sum(r.get("elapsed_s", 0.0) for r in results)
+    took = f" ({total / 60:.1f} min)" if total else ""
+    out = ["# opscope benchmarks", "",
+           f"Generated {m['date']} at commit `{m['commit']}` by `python bench/run_all.py`"
+           f"{took}. Regenerate with that one command; every figure comes "
+           "from the scripts in `bench/`, and the command beside it reproduces it.", "",
+           f"Machine: {common.machine_line(m)}.", "",
+           "Method: torch.profiler and opscope run in the same process, interleaved "
+           "(rotating order every repetition), several repetitions; figures are medians, "
+           "never single times. The machine is shared and noisy (see the load average), so "
+           "compare ratios measured in the same run rather than times across runs.", ""]
+    if quick:
+        out += ["**Generated with --quick: tiny sizes; the figures mean nothing.**", ""]
+    commits = list(dict.fromkeys(r["machine"]["commit"] for r in results))
+    if len(commits) > 1:
+        out += ["**The code changed during this run**: each section names the commit it "
+                "measured (" + "; then ".join(f"`{c}`" for c in commits) + "), so sections "
+                "may not agree with each other.", ""]
+    out += ["## Targets (issue 3)", "", "| status | target | measured | reproduce |",
+            "|---|---|---|---|"]
+    for r in results:
+        for t in r.get("targets", []):
+            shown = {"NOT MET": "**not met**"}.get(common.status(t), common.status(t))
+            out.append(f"| {shown} | {t['target']} | "
+                       f"{t['measured']} | `{t.get('command') or r['command']}` |")
+    out.append("")
+    for r in results:
+        out.append(common.render(r).rstrip() + "\n")
+        if "elapsed_s" in r:
+            out.append(f"_(ran in {r['elapsed_s']:.0f} s)_\n")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="pass --quick to every script")
+    p.add_argument("--output", default=str(common.REPO / "BENCHMARKS.md"),
+                   help="document to write (default: BENCHMARKS.md in the repository root)")
+    p.add_argument("--from-json", metavar="DIR",
+                   help="render from DIR/<script>.json (saved with --json) instead of running")
+    args = p.parse_args()
+    results = []
+    if args.from_json:
+        for script in SCRIPTS:
+            path = Path(args.from_json) / (script + ".json")
+            if not path.exists():
+                raise SystemExit(f"run_all: --from-json: {path} not found (save it with "
+                                 f"python bench/{script} --json {path})")
+            results.append(json.loads(path.read_text()))
+        common.write_atomic(args.output, render_document(
+            results, any(r.get("quick") for r in results)))
+        print(f"run_all: wrote {args.output}", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        for script in SCRIPTS:
+            print(f"run_all: {script} ...", file=sys.stderr, flush=True)
+            results.append(run_script(script, args.quick, folder))
+            print(f"run_all: {script} done in {results[-1]['elapsed_s']:.0f} s",
+                  file=sys.stderr, flush=True)
+    common.write_atomic(args.output, render_document(results, args.quick))
+    print(f"run_all: wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
