@@ -340,3 +340,35 @@ def test_distributed_info_when_torch_distributed_is_initialised(native_only, tmp
         torch.ones(2).add(1)
     plain.export_chrome_trace(str(path))
     assert "distributedInfo" not in json.loads(path.read_text())
+
+
+def test_threads_keep_running_across_repeated_start_and_stop(collector_name):
+    """Ops on worker threads while sessions start and stop around them: no crash, no loss."""
+    stop = threading.Event()
+    tids = set()
+
+    def worker():
+        tids.add(threading.get_native_id())
+        x = torch.ones(4)
+        while not stop.is_set():
+            with torch.profiler.record_function("worker_iter"):
+                x = x.add(1).mul(0.5)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        seen = []
+        for _ in range(5):
+            with opscope.profile() as prof:
+                for _ in range(50):
+                    torch.ones(2).add(1)
+            seen.append({e.thread for e in prof.events() if e.name == "worker_iter"})
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    if collector_name == "native":
+        assert all(len(threads_seen) == 3 for threads_seen in seen), seen
+    for prof_threads in seen:
+        assert prof_threads, "no worker range recorded"

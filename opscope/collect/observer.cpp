@@ -180,27 +180,49 @@ struct ThreadState {
   std::shared_ptr<ThreadBuffer> buffer;
   NameCacheSlot cache[256];
   std::unordered_map<std::string, int32_t> by_content;
+  // Contexts are recycled here instead of malloc'd; one freed on another
+  // thread joins that thread's list, so lists only reach the open-range count.
+  std::vector<void*> ctx_free;
+  ~ThreadState();
 };
-thread_local ThreadState t_state;
 
-int32_t name_id(const char* name) {
+// One trivially-initialised thread-local pointer: a single TLS lookup per
+// callback (thread_locals with constructors cost a guard and more lookups).
+thread_local ThreadState* t_state_ptr = nullptr;
+thread_local std::unique_ptr<ThreadState> t_state_owner;
+
+ThreadState::~ThreadState() {
+  for (void* p : ctx_free) ::operator delete(p);
+  t_state_ptr = nullptr;
+}
+
+inline ThreadState& thread_state() {
+  ThreadState* s = t_state_ptr;
+  if (__builtin_expect(s == nullptr, 0)) {
+    t_state_owner.reset(new ThreadState());
+    s = t_state_ptr = t_state_owner.get();
+  }
+  return *s;
+}
+
+int32_t name_id(ThreadState& ts, const char* name) {
   // Pointer-keyed cache, validated by content: a pointer reused for another
   // string misses, and a new pointer to a known string hits the content map.
   size_t slot = (reinterpret_cast<uintptr_t>(name) >> 4) & 255;
-  NameCacheSlot& c = t_state.cache[slot];
+  NameCacheSlot& c = ts.cache[slot];
   if (c.ptr == name && std::strcmp(c.str->c_str(), name) == 0) {
     return c.id;
   }
   int32_t id;
   const std::string* str;
-  auto it = t_state.by_content.find(name);
-  if (it != t_state.by_content.end()) {
+  auto it = ts.by_content.find(name);
+  if (it != ts.by_content.end()) {
     id = it->second;
     std::lock_guard<std::mutex> g(g_names.mu);
     str = &g_names.names[id];
   } else {
     str = g_names.intern(name, &id);
-    t_state.by_content.emplace(*str, id);
+    ts.by_content.emplace(*str, id);
   }
   c.ptr = name;
   c.str = str;
@@ -267,6 +289,16 @@ struct Ctx : public at::ObserverContext {
   // memory: the buffer is freed only when no context refers to it.
   std::shared_ptr<ThreadBuffer> buffer;
   Record* rec;
+
+  // Built with placement new on memory from ThreadState::ctx_free (on_start);
+  // unique_ptr's delete lands here and recycles the memory.
+  static void operator delete(void* p, size_t size) {
+    if (size == sizeof(Ctx)) {
+      thread_state().ctx_free.push_back(p);
+    } else {
+      ::operator delete(p);
+    }
+  }
 };
 
 bool join_session(ThreadState& ts, uint64_t gen) {
@@ -288,7 +320,7 @@ bool join_session(ThreadState& ts, uint64_t gen) {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   if (gen == 0) return nullptr;
-  ThreadState& ts = t_state;
+  ThreadState& ts = thread_state();
   if (ts.generation != gen) {
     if (!join_session(ts, gen)) return nullptr;
   } else if (ts.skip) {
@@ -302,7 +334,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     return nullptr;
   }
   Record* r = buf->next();
-  r->name_id = name_id(fn.name());
+  r->name_id = name_id(ts, fn.name());
   r->thread_index = buf->index;
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
@@ -316,9 +348,17 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   } else {
     r->shape_offset = kNoShapes;
   }
-  auto ctx = std::make_unique<Ctx>();
-  ctx->buffer = ts.buffer;
-  ctx->rec = r;
+  void* mem;
+  if (ts.ctx_free.empty()) {
+    mem = ::operator new(sizeof(Ctx));
+  } else {
+    mem = ts.ctx_free.back();
+    ts.ctx_free.pop_back();
+  }
+  std::unique_ptr<at::ObserverContext> ctx(new (mem) Ctx());
+  auto* c = static_cast<Ctx*>(ctx.get());
+  c->buffer = ts.buffer;
+  c->rec = r;
   r->end_ns = 0;
   r->start_ns = ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
