@@ -101,53 +101,31 @@ def test_fixture_rows_sum_to_their_stated_total(name):
 
 # --- torch 2.13 reference tables, character for character --------------------------
 
-@needs_reference
-def test_key_averages_table_matches_torch():
-    _, rows = load_rows("rows_key_averages.json")
-    text = format_table(rows, sort_by="self_cpu_time_total", row_limit=25,
-                        profile_memory=True, with_flops=True)
-    assert text == reference("table_key_averages.txt")
+# (reference file, row fixture, format_table options). table_verbose_by_stack3 keeps
+# torch's quirk: the FLOPs value is printed under "Source Location".
+REFERENCE_TABLES = [
+    ("table_key_averages.txt", "rows_key_averages.json",
+     dict(sort_by="self_cpu_time_total", row_limit=25)),
+    ("table_by_stack3.txt", "rows_key_averages.json",
+     dict(sort_by="self_cpu_time_total", row_limit=8)),
+    ("table_ops_only_key_averages.txt", "rows_ops_only.json",
+     dict(sort_by="self_cpu_time_total", row_limit=40)),
+    ("table_by_input_shape.txt", "rows_by_input_shape.json",
+     dict(sort_by="cpu_time_total", row_limit=20)),
+    ("table_events_toplevel.txt", "rows_by_input_shape.json",
+     dict(sort_by="cpu_time_total", row_limit=20, top_level_events_only=True)),
+    ("table_verbose_by_stack3.txt", "rows_verbose_by_stack3.json",
+     dict(sort_by="self_cpu_time_total", row_limit=8)),
+]
 
 
 @needs_reference
-def test_by_stack3_table_without_stacks_matches_torch():
-    _, rows = load_rows("rows_key_averages.json")
-    text = format_table(rows, sort_by="self_cpu_time_total", row_limit=8,
-                        profile_memory=True, with_flops=True)
-    assert text == reference("table_by_stack3.txt")
-
-
-@needs_reference
-def test_ops_only_table_matches_torch():
-    _, rows = load_rows("rows_ops_only.json")
-    text = format_table(rows, sort_by="self_cpu_time_total", row_limit=40,
-                        profile_memory=True, with_flops=True)
-    assert text == reference("table_ops_only_key_averages.txt")
-
-
-@needs_reference
-def test_by_input_shape_table_matches_torch():
-    _, rows = load_rows("rows_by_input_shape.json")
-    text = format_table(rows, sort_by="cpu_time_total", row_limit=20,
-                        profile_memory=True, with_flops=True)
-    assert text == reference("table_by_input_shape.txt")
-
-
-@needs_reference
-def test_top_level_events_table_matches_torch():
-    _, rows = load_rows("rows_by_input_shape.json")
-    text = format_table(rows, sort_by="cpu_time_total", row_limit=20, profile_memory=True,
-                        with_flops=True, top_level_events_only=True)
-    assert text == reference("table_events_toplevel.txt")
-
-
-@needs_reference
-def test_verbose_by_stack3_table_matches_torch():
-    # Includes torch's quirk: the FLOPs value is printed under "Source Location".
-    _, rows = load_rows("rows_verbose_by_stack3.json")
-    text = format_table(rows, sort_by="self_cpu_time_total", row_limit=8,
-                        profile_memory=True, with_flops=True)
-    assert text == reference("table_verbose_by_stack3.txt")
+@pytest.mark.parametrize("reference_name, fixture, options", REFERENCE_TABLES,
+                         ids=[r[0] for r in REFERENCE_TABLES])
+def test_reference_table_matches_torch(reference_name, fixture, options):
+    _, rows = load_rows(fixture)
+    text = format_table(rows, profile_memory=True, with_flops=True, **options)
+    assert text == reference(reference_name)
 
 
 @needs_reference
