@@ -372,3 +372,22 @@ def test_threads_keep_running_across_repeated_start_and_stop(collector_name):
         assert all(len(threads_seen) == 3 for threads_seen in seen), seen
     for prof_threads in seen:
         assert prof_threads, "no worker range recorded"
+
+
+def test_range_open_across_stop_ends_at_stop_and_later_sessions_work(collector_name):
+    rf = torch.profiler.record_function("spans_stop")
+    prof = opscope.profile()
+    prof.start()
+    rf.__enter__()
+    torch.ones(2).add(1)
+    prof.stop()
+    torch.ones(2).mul(2)
+    rf.__exit__(None, None, None)  # its end arrives after the session stopped
+    spans = [e for e in prof.events() if e.name == "spans_stop"]
+    assert len(spans) == 1
+    add = next(e for e in prof.events() if e.name == "aten::add")
+    assert add.cpu_parent is spans[0]
+    assert "aten::mul" not in names_of(prof)
+    with opscope.profile() as again:
+        torch.ones(2).sub(1)
+    assert "aten::sub" in names_of(again) and "spans_stop" not in names_of(again)

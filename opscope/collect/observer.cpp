@@ -145,15 +145,21 @@ struct ThreadBuffer {
   }
 };
 
+// Every ThreadBuffer ever made, so contexts can hold plain pointers: a buffer
+// object (a few hundred bytes) is never freed, only its chunks are, once no
+// record in them is still open (see stop()). Guarded by g_session_mu.
+std::deque<std::unique_ptr<ThreadBuffer>> g_all_buffers;
+
 struct Session {
   uint64_t generation = 0;
   bool record_shapes = false;
   std::mutex mu;
-  std::vector<std::shared_ptr<ThreadBuffer>> threads;
+  std::vector<ThreadBuffer*> threads;
 
-  std::shared_ptr<ThreadBuffer> add_thread() {
+  ThreadBuffer* add_thread() {  // called with g_session_mu held
     std::lock_guard<std::mutex> g(mu);
-    auto buf = std::make_shared<ThreadBuffer>();
+    g_all_buffers.emplace_back(new ThreadBuffer());
+    ThreadBuffer* buf = g_all_buffers.back().get();
     buf->index = int32_t(threads.size());
     buf->os_tid = int64_t(syscall(SYS_gettid));
     threads.push_back(buf);
@@ -177,7 +183,7 @@ struct ThreadState {
   uint64_t generation = 0;
   bool record_shapes = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
-  std::shared_ptr<ThreadBuffer> buffer;
+  ThreadBuffer* buffer = nullptr;
   NameCacheSlot cache[256];
   std::unordered_map<std::string, int32_t> by_content;
   // Contexts are recycled here instead of malloc'd; one freed on another
@@ -286,8 +292,7 @@ void encode_inputs(const at::RecordFunction& fn, std::vector<int64_t>& out) {
 
 struct Ctx : public at::ObserverContext {
   // A late end (after stop, or on another thread) still writes into live
-  // memory: the buffer is freed only when no context refers to it.
-  std::shared_ptr<ThreadBuffer> buffer;
+  // memory: stop() keeps every chunk that holds an open record.
   Record* rec;
 
   // Built with placement new on memory from ThreadState::ctx_free (on_start);
@@ -309,7 +314,7 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   ts.skip = at::in_parallel_region() && at::get_thread_num() != 0;
   ts.generation = gen;
   if (ts.skip) {
-    ts.buffer.reset();
+    ts.buffer = nullptr;
     return false;
   }
   ts.buffer = g_session->add_thread();
@@ -326,7 +331,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   } else if (ts.skip) {
     return nullptr;
   }
-  ThreadBuffer* buf = ts.buffer.get();
+  ThreadBuffer* buf = ts.buffer;
   // Dekker handshake with stop(): publish busy, then re-check the generation.
   buf->busy.store(true, std::memory_order_seq_cst);
   if (g_active_generation.load(std::memory_order_seq_cst) != gen) {
@@ -357,7 +362,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   std::unique_ptr<at::ObserverContext> ctx(new (mem) Ctx());
   auto* c = static_cast<Ctx*>(ctx.get());
-  c->buffer = ts.buffer;
   c->rec = r;
   r->end_ns = 0;
   r->start_ns = ticks();  // last, so our own work stays outside the range
@@ -403,15 +407,16 @@ void to_clock_ns(Record* recs, size_t n, ClockPoint stop_point) {
   }
 }
 
-bool all_finished(const ThreadBuffer& t) {
+// Frees the chunks whose records have all ended: they are never written
+// again. A chunk holding an open record stays for its late end.
+void free_finished_chunks(ThreadBuffer& t) {
   for (size_t c = 0; c < t.chunks.size(); ++c) {
     size_t k = (c + 1 == t.chunks.size()) ? t.used : kChunkRecords;
     const Record* recs = t.chunks[c].get();
-    for (size_t i = 0; i < k; ++i) {
-      if (recs[i].flags & kFlagUnfinished) return false;
-    }
+    bool open = false;
+    for (size_t i = 0; i < k && !open; ++i) open = (recs[i].flags & kFlagUnfinished) != 0;
+    if (!open) t.chunks[c].reset();
   }
-  return true;
 }
 
 // Stops recording and returns the session as plain bytes:
@@ -431,17 +436,17 @@ py::tuple stop() {
   ClockPoint stop_point = clock_point();
   int64_t stop_ns = stop_point.ns;
   std::lock_guard<std::mutex> g(s->mu);
-  for (auto& t : s->threads) {
+  for (ThreadBuffer* t : s->threads) {
     while (t->busy.load(std::memory_order_acquire)) {
     }
   }
   size_t total = 0;
-  for (auto& t : s->threads) total += t->count();
+  for (ThreadBuffer* t : s->threads) total += t->count();
   std::string blob(total * sizeof(Record), '\0');
   char* dst = &blob[0];
   Record* out_records = reinterpret_cast<Record*>(dst);
   py::list shapes, tids;
-  for (auto& t : s->threads) {
+  for (ThreadBuffer* t : s->threads) {
     for (size_t c = 0; c < t->chunks.size(); ++c) {
       size_t k = (c + 1 == t->chunks.size()) ? t->used : kChunkRecords;
       std::memcpy(dst, t->chunks[c].get(), k * sizeof(Record));
@@ -450,13 +455,7 @@ py::tuple stop() {
     shapes.append(py::bytes(reinterpret_cast<const char*>(t->shapes.data()),
                             t->shapes.size() * sizeof(int64_t)));
     tids.append(t->os_tid);
-    // Finished records are never written again, so their memory can go now;
-    // a buffer with open ranges lives on until its last context ends.
-    if (all_finished(*t)) {
-      t->chunks.clear();
-      t->chunks.shrink_to_fit();
-      t->used = 0;
-    }
+    free_finished_chunks(*t);
     std::vector<int64_t>().swap(t->shapes);
   }
   to_clock_ns(out_records, total, stop_point);
