@@ -11,17 +11,16 @@ Example::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 from typing import Any, Callable, Dict, Optional
 
 import opscope
+from opscope.collect import COLLECTOR_ENV, requested_collector
 from opscope.cli.errors import UsageError
 from opscope.cli.options import ScheduleSpec
 from opscope.cli.progress import progress
 
-COLLECTOR_ENV = "OPSCOPE_COLLECTOR"
 
 # command-line flag -> (opscope.profile keyword, help)
 PROFILE_FLAGS: Dict[str, tuple] = {
@@ -64,10 +63,10 @@ def make_schedule(spec: Optional[ScheduleSpec]) -> Optional[Callable[[int], Any]
 
 def warm_up_collector() -> None:
     """Load (first use: compile) the collector now, so the program is not paused for it later."""
-    wanted = os.environ.get(COLLECTOR_ENV, "").strip().lower()
-    if wanted not in ("", "native", "python"):
-        raise UsageError(f"environment variable {COLLECTOR_ENV} must be 'native' or 'python', "
-                         f"got {os.environ[COLLECTOR_ENV]!r}")
+    try:
+        wanted = requested_collector()
+    except ValueError as exc:
+        raise UsageError(f"environment variable {exc}") from None
     if wanted == "python":
         return
     with progress("loading the native collector (compiled on first use)"):

@@ -12,14 +12,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
-_ENV = "OPSCOPE_COLLECTOR"
+COLLECTOR_ENV = "OPSCOPE_COLLECTOR"
+
+
+def requested_collector() -> str:
+    """``"native"``, ``"python"`` or ``""`` (no preference), from ``$OPSCOPE_COLLECTOR``.
+
+    >>> import os; os.environ.pop(COLLECTOR_ENV, None) and None; requested_collector()
+    ''
+    """
+    wanted = os.environ.get(COLLECTOR_ENV, "").strip().lower()
+    if wanted not in ("", "native", "python"):
+        raise ValueError(f"{COLLECTOR_ENV} must be 'native' or 'python', got {wanted!r}")
+    return wanted
 
 
 def choose_collector() -> Any:
     """The collector to use now, honouring ``$OPSCOPE_COLLECTOR``."""
-    wanted = os.environ.get(_ENV, "").strip().lower()
-    if wanted not in ("", "native", "python"):
-        raise ValueError(f"{_ENV} must be 'native' or 'python', got {wanted!r}")
+    wanted = requested_collector()
     if wanted != "python":
         from opscope.collect.native import NativeCollector
 
@@ -29,7 +39,7 @@ def choose_collector() -> Any:
         if wanted == "native":
             from opscope.collect.native_build import failure_reason
 
-            raise RuntimeError(f"{_ENV}=native but the native collector is unavailable: "
+            raise RuntimeError(f"{COLLECTOR_ENV}=native but the native collector is unavailable: "
                                f"{failure_reason()}")
     from opscope.collect.python_collector import PythonCollector
 
