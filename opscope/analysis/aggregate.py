@@ -48,13 +48,10 @@ def display_name(name: str) -> str:
 
 def display_name_ids(table: EventTable) -> np.ndarray:
     """Per-event id of the display name (step ranges share one id)."""
-    names = table.symbols.names
-    remap = np.arange(len(names), dtype=np.int64)
-    step_ids = [i for i, n in enumerate(names) if n.startswith(STEP_PREFIX)]
-    if step_ids:
-        remap[step_ids] = table.symbols.intern(STEP_WILDCARD)
-        # interning may have grown the table
-        remap = np.concatenate([remap, np.arange(len(remap), len(table.symbols))])
+    step_ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(STEP_PREFIX)]
+    wildcard = table.symbols.intern(STEP_WILDCARD) if step_ids else -1
+    remap = np.arange(len(table.symbols), dtype=np.int64)
+    remap[step_ids] = wildcard
     return remap[table.name_id] if len(table) else np.zeros(0, dtype=np.int64)
 
 
