@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activities
 from opscope.analysis.aggregate import key_averages as aggregate_rows
+from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
 from opscope.event_list import EventList
@@ -249,8 +250,8 @@ class profile:
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
 
     def total_average(self):
-        """All events summed into one row with key "Total"."""
-        return self.events().total_average()
+        """All events summed into one row with key "Total" (summed from the columns)."""
+        return total_average(self.key_averages())
 
     @property
     def self_cpu_time_total(self) -> float:

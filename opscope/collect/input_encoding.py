@@ -32,7 +32,7 @@ def encode_inputs(values: Sequence[object], out: List[int]) -> None:
                 out.extend(v.stride())
             except RuntimeError:  # sparse and other layouts have no strides
                 out.extend([0] * v.dim())
-            out.append(_scalar_type_index(v.dtype))
+            out.append(scalar_type_index(v.dtype))
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
             out.extend((INPUT_TENSOR_LIST, len(v)))
         else:
@@ -41,7 +41,8 @@ def encode_inputs(values: Sequence[object], out: List[int]) -> None:
 _DTYPE_INDEX: Optional[dict] = None
 
 
-def _scalar_type_index(dtype) -> int:
+def scalar_type_index(dtype) -> int:
+    """c10::ScalarType index of a torch dtype (-1 if unknown), as the native encoding uses."""
     global _DTYPE_INDEX
     if _DTYPE_INDEX is None:
         import torch

@@ -84,7 +84,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
-from opscope.collect.input_encoding import _scalar_type_index, encode_inputs
+from opscope.collect.input_encoding import scalar_type_index, encode_inputs
 from opscope.collect.python_backward import BackwardHooks
 from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
 from opscope.model.records import (
@@ -358,7 +358,7 @@ def _arg_spec(func) -> Optional[tuple]:
 def _ivalue_like(v: object) -> object:
     """dtype/layout/memory_format as the ints that RecordFunction's IValues hold."""
     if isinstance(v, torch.dtype):
-        return _scalar_type_index(v)
+        return scalar_type_index(v)
     if isinstance(v, (torch.layout, torch.memory_format)):
         return _ENUM_VALUES.get(v, v)
     return v
