@@ -202,7 +202,8 @@ class profile:
         if dist_info:
             self._metadata["distributedInfo"] = json.dumps(dist_info)
         self._metadata.update(self.preset_metadata)
-        self._collector.start(record_shapes=self.record_shapes)
+        self._collector.start(record_shapes=self.record_shapes,
+                              profile_memory=self.profile_memory, with_stack=self.with_stack)
         self._recording = True
         set_recording_collector(self._collector)
 
@@ -246,7 +247,8 @@ class profile:
                                               group_by_overload_name=True)
         session = self.session
         rows = aggregate_rows(session.table, group_by_input_shape=group_by_input_shape,
-                              group_by_stack_n=group_by_stack_n, stacks=session.stacks)
+                              group_by_stack_n=group_by_stack_n, stacks=session.stacks,
+                              memory=session.event_memory)
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
 
     def total_average(self):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 
 from opscope.analysis.aggregate import filtered_mask
+from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
+from opscope.analysis.stacks import event_stacks
 from opscope.analysis.tree import build_tree
 from opscope.model.events import EventTable
 from opscope.model.records import RawSession
@@ -28,6 +30,16 @@ def build_session(raw: RawSession, **kwargs) -> ProfileSession:
     if not keep.all():
         table = table.take(keep)
     table = build_tree(table)
-    return ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
-                          epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
-                          process_id=raw.process_id or os.getpid(), **kwargs)
+    memory = owner = per_event = None
+    options = kwargs.get("options") or {}
+    if options.get("profile_memory") or len(raw.memory):
+        memory = sorted_memory(raw.memory)
+        table, owner = with_memory_events(table, memory, attribute(table, memory))
+        per_event = event_memory(table, memory, owner)
+    session = ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
+                             epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
+                             process_id=raw.process_id or os.getpid(), memory=memory,
+                             memory_owner=owner, event_memory=per_event, **kwargs)
+    if session.stacks is None:
+        session.stacks = event_stacks(table, raw.stack_table)
+    return session

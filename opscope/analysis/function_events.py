@@ -40,6 +40,12 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     parent = t.parent.tolist()
     sig, decoded = t.input_signatures() if with_shapes else (None, [])
     sig_l = sig.tolist() if sig is not None else []
+    zeros = [0] * len(t)
+    mem = {k: v.tolist() for k, v in (session.event_memory or {}).items()}
+    cpu_mem = mem.get("cpu_memory_usage", zeros)
+    self_cpu_mem = mem.get("self_cpu_memory_usage", zeros)
+    dev_mem = mem.get("device_memory_usage", zeros)
+    self_dev_mem = mem.get("self_device_memory_usage", zeros)
     out: List[FunctionEvent] = []
     for i in range(len(t)):
         raw_name = names[name_id[i]]
@@ -64,6 +70,10 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
             is_async=is_async[i],
             is_user_annotation=scope[i] == SCOPE_USER,
             self_cpu_time_total=self_ns[i] / 1000.0,
+            cpu_memory_usage=cpu_mem[i],
+            self_cpu_memory_usage=self_cpu_mem[i],
+            device_memory_usage=dev_mem[i],
+            self_device_memory_usage=self_dev_mem[i],
         ))
     for i, p in enumerate(parent):
         if p >= 0:

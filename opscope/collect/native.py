@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 
 from opscope.collect.native_build import load_native
-from opscope.model.records import RECORD_DTYPE, RawSession
+from opscope.collect.stack_frames import stack_table
+from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSession
 
 
 class NativeCollector:
@@ -37,17 +38,28 @@ class NativeCollector:
     def now_ns(self) -> int:
         return int(self._ext.now_ns())
 
-    def start(self, *, record_shapes: bool = False) -> None:
+    def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
+              with_stack: bool = False) -> None:
         self._epoch_offset_ns = time.time_ns() - self.now_ns()
-        self._ext.start(bool(record_shapes))
+        self._ext.start(bool(record_shapes), bool(profile_memory), bool(with_stack))
         self._start_ns = self.now_ns()
 
     def stop(self) -> RawSession:
-        blob, inputs, tids, names, stop_ns = self._ext.stop()
+        blob, inputs, tids, names, stop_ns, memory, stacks = self._ext.stop()
         records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
         unfinished = records["end_ns"] == 0
         records["end_ns"][unfinished] = stop_ns
+        stack_ids = table = None
+        if stacks is not None:
+            ids, begin, entries, frames = stacks
+            stack_ids = np.frombuffer(ids, dtype=np.uint32).astype(np.int64)
+            stack_ids[stack_ids == 0xFFFFFFFF] = NO_STACK
+            table = stack_table(np.frombuffer(begin, dtype=np.uint32),
+                                np.frombuffer(entries, dtype=np.uint32), frames)
         return RawSession(
+            memory=np.frombuffer(memory, dtype=MEMORY_DTYPE).copy(),
+            stack_ids=stack_ids,
+            stack_table=table,
             records=records,
             inputs=[np.frombuffer(b, dtype=np.int64) for b in inputs],
             thread_ids=list(tids),

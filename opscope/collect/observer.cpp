@@ -9,6 +9,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,6 +33,8 @@
 namespace {
 
 constexpr uint32_t kNoShapes = 0xFFFFFFFFu;
+constexpr uint32_t kNoStack = 0xFFFFFFFFu;
+constexpr int kMaxStackDepth = 128;
 constexpr uint8_t kFlagUnfinished = 1;
 constexpr uint8_t kFlagAsync = 2;
 constexpr size_t kChunkRecords = 8192;
@@ -49,6 +53,45 @@ struct Record {
   uint16_t pad;
 };
 static_assert(sizeof(Record) == 48, "Record layout must match raw.py");
+
+// One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator.
+// Mirrored by MEMORY_DTYPE in opscope/model/records.py.
+struct MemRecord {
+  int64_t time_ns;
+  int64_t addr;
+  int64_t bytes;
+  int64_t total_allocated;
+  int64_t total_reserved;
+  int32_t thread_index;
+  int8_t device_type;
+  int8_t device_index;
+  uint16_t pad;
+};
+static_assert(sizeof(MemRecord) == 48, "MemRecord layout must match records.py");
+
+// A Python frame as captured at op entry: the code object and the offset of
+// its current instruction. Lines are resolved once, at stop.
+// A frame's filename and name objects are kept in the key so that a code
+// object freed and another allocated at its address does not match.
+struct FrameKey {
+  PyCodeObject* code;
+  int lasti;
+  PyObject* filename;
+  PyObject* name;
+  bool operator==(const FrameKey& o) const {
+    return code == o.code && lasti == o.lasti && filename == o.filename && name == o.name;
+  }
+};
+struct FrameKeyHash {
+  size_t operator()(const FrameKey& k) const {
+    return std::hash<const void*>()(k.code) ^ (size_t(k.lasti) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+struct ResolvedFrame {
+  std::string filename;
+  int line;
+  std::string name;
+};
 
 inline int64_t now_ns() {
   timespec ts;
@@ -131,6 +174,16 @@ struct ThreadBuffer {
   size_t used = 0;  // records used in the last chunk
   std::vector<std::unique_ptr<Record[]>> chunks;
   std::vector<int64_t> shapes;  // encoded inputs, see encode_inputs
+  std::vector<MemRecord> memory;  // allocations and frees on this thread
+  // with_stack: one stack id per record, in record order; stacks interned per
+  // thread as runs of frames in stack_frames (innermost first).
+  std::vector<uint32_t> stack_ids;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> stack_by_hash;
+  std::vector<uint32_t> stack_begin;  // stack id -> first entry; one extra at the end
+  std::vector<uint32_t> stack_frames;  // entries: frame ids, innermost first
+  std::unordered_map<FrameKey, uint32_t, FrameKeyHash> frame_ids;
+  std::vector<FrameKey> frame_keys;  // frame id -> key
+  std::vector<ResolvedFrame> frame_text;  // frame id -> text
   std::atomic<bool> busy{false};  // an on_start is writing; stop waits on it
 
   Record* next() {
@@ -153,6 +206,7 @@ std::deque<std::unique_ptr<ThreadBuffer>> g_all_buffers;
 struct Session {
   uint64_t generation = 0;
   bool record_shapes = false;
+  bool with_stack = false;
   std::mutex mu;
   std::vector<ThreadBuffer*> threads;
 
@@ -182,6 +236,7 @@ struct NameCacheSlot {
 struct ThreadState {
   uint64_t generation = 0;
   bool record_shapes = false;
+  bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
   ThreadBuffer* buffer = nullptr;
   NameCacheSlot cache[256];
@@ -313,13 +368,146 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   // non-master thread; the thread that opened the region is recorded.
   ts.skip = at::in_parallel_region() && at::get_thread_num() != 0;
   ts.generation = gen;
-  if (ts.skip) {
-    ts.buffer = nullptr;
-    return false;
-  }
-  ts.buffer = g_session->add_thread();
+  ts.buffer = g_session->add_thread();  // workers too: their allocations count
   ts.record_shapes = g_session->record_shapes;
-  return true;
+  ts.with_stack = g_session->with_stack;
+  return !ts.skip;
+}
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+// ---- Python stacks -------------------------------------------------------
+// torch's Python bindings release the GIL before an op runs, so the observer
+// cannot use the Python API. It reads the calling thread's own interpreter
+// frames instead: while this thread is inside an op, its Python frames are
+// suspended below it and no other thread touches them, and each frame holds
+// its code object. Only immutable fields are read; nothing is allocated or
+// reference-counted. The frame layout is CPython's (3.11 and 3.12).
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#define OPSCOPE_HAS_FRAME_WALK 1
+#if PY_VERSION_HEX < 0x030C0000
+struct InterpFrame {  // CPython 3.11 _PyInterpreterFrame (head)
+  PyObject* f_func;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyCodeObject* f_code;
+  PyObject* frame_obj;
+  InterpFrame* previous;
+  _Py_CODEUNIT* prev_instr;
+  int stacktop;
+  bool is_entry;
+  char owner;
+};
+constexpr char kOwnedByCStack = 3;
+#else
+struct InterpFrame {  // CPython 3.12 _PyInterpreterFrame (head)
+  PyCodeObject* f_code;
+  InterpFrame* previous;
+  PyObject* f_funcobj;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyObject* frame_obj;
+  _Py_CODEUNIT* prev_instr;
+  int stacktop;
+  uint16_t return_offset;
+  char owner;
+};
+constexpr char kOwnedByCStack = 3;
+#endif
+#else
+#define OPSCOPE_HAS_FRAME_WALK 0
+#endif
+
+bool frame_walk_supported() { return OPSCOPE_HAS_FRAME_WALK != 0; }
+
+// Text of a str object, read without the GIL: compact strings only (all
+// identifiers and almost every path); anything else gives "?".
+std::string unicode_text(PyObject* o) {
+  if (o == nullptr || !PyUnicode_Check(o) || !PyUnicode_IS_READY(o) || !PyUnicode_IS_COMPACT(o)) {
+    return "?";
+  }
+  Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+  int kind = PyUnicode_KIND(o);
+  const void* data = PyUnicode_DATA(o);
+  if (kind == PyUnicode_1BYTE_KIND && PyUnicode_IS_ASCII(o)) {
+    return std::string(static_cast<const char*>(data), size_t(n));
+  }
+  std::string out;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    uint32_t c = PyUnicode_READ(kind, data, i);
+    if (c < 0x80) {
+      out += char(c);
+    } else if (c < 0x800) {
+      out += char(0xC0 | (c >> 6));
+      out += char(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += char(0xE0 | (c >> 12));
+      out += char(0x80 | ((c >> 6) & 0x3F));
+      out += char(0x80 | (c & 0x3F));
+    } else {
+      out += char(0xF0 | (c >> 18));
+      out += char(0x80 | ((c >> 12) & 0x3F));
+      out += char(0x80 | ((c >> 6) & 0x3F));
+      out += char(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+// The Python stack of the calling thread, interned in its buffer: kNoStack
+// when the thread runs no Python (autograd workers, pool threads).
+uint32_t capture_stack(ThreadBuffer& buf) {
+#if OPSCOPE_HAS_FRAME_WALK
+  PyThreadState* tstate = PyGILState_GetThisThreadState();
+  if (tstate == nullptr || tstate->cframe == nullptr) return kNoStack;
+  auto* frame = reinterpret_cast<InterpFrame*>(tstate->cframe->current_frame);
+  FrameKey keys[kMaxStackDepth];
+  int n = 0;
+  uint64_t h = 1469598103934665603ULL;
+  for (; frame != nullptr && n < kMaxStackDepth; frame = frame->previous) {
+    PyCodeObject* code = frame->f_code;
+    if (frame->owner == kOwnedByCStack || code == nullptr) continue;
+    _Py_CODEUNIT* first = _PyCode_CODE(code);
+    if (frame->prev_instr < first + code->_co_firsttraceable) continue;  // not started yet
+    int lasti = int(frame->prev_instr - first) * int(sizeof(_Py_CODEUNIT));
+    keys[n++] = FrameKey{code, lasti, code->co_filename, code->co_name};
+    h = mix(mix(h, reinterpret_cast<uintptr_t>(code)), uint64_t(lasti));
+  }
+  if (n == 0) return kNoStack;
+  auto& bucket = buf.stack_by_hash[h];
+  for (uint32_t id : bucket) {
+    uint32_t b = buf.stack_begin[id], e = buf.stack_begin[id + 1];
+    if (int(e - b) != n) continue;
+    bool same = true;
+    for (int i = 0; i < n && same; ++i) same = buf.frame_keys[buf.stack_frames[b + i]] == keys[i];
+    if (same) return id;
+  }
+  if (buf.stack_begin.empty()) buf.stack_begin.push_back(0);
+  uint32_t id = uint32_t(buf.stack_begin.size() - 1);
+  for (int i = 0; i < n; ++i) {
+    auto it = buf.frame_ids.find(keys[i]);
+    if (it == buf.frame_ids.end()) {
+      // a new frame: copy its text out now, while the code object is alive
+      it = buf.frame_ids.emplace(keys[i], uint32_t(buf.frame_keys.size())).first;
+      buf.frame_keys.push_back(keys[i]);
+      buf.frame_text.push_back(ResolvedFrame{unicode_text(keys[i].filename),
+                                             PyCode_Addr2Line(keys[i].code, keys[i].lasti),
+                                             unicode_text(keys[i].name)});
+    }
+    buf.stack_frames.push_back(it->second);
+  }
+  buf.stack_begin.push_back(uint32_t(buf.stack_frames.size()));
+  bucket.push_back(id);
+  return id;
+#else
+  (void)buf;
+  return kNoStack;
+#endif
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -353,6 +541,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   } else {
     r->shape_offset = kNoShapes;
   }
+  if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
   void* mem;
   if (ts.ctx_free.empty()) {
     mem = ::operator new(sizeof(Ctx));
@@ -377,7 +566,67 @@ void on_end(const at::RecordFunction&, at::ObserverContext* ctx_base) {
   ctx->rec->flags &= uint8_t(~kFlagUnfinished);
 }
 
-void start(bool record_shapes) {
+// Receives the allocator reports (c10::reportMemoryUsageToProfiler) of the
+// thread that started the session, and of threads that inherit its debug info
+// (autograd workers). A ProfilerStateBase, because torch reads whatever sits
+// under PROFILER_STATE as one; its config says "disabled", so torch.profiler
+// still sees no profiler running.
+std::atomic<uint64_t> g_memory_generation{0};
+
+void record_memory(void* ptr, int64_t bytes, size_t total_allocated, size_t total_reserved,
+                   c10::Device device) {
+  uint64_t gen = g_memory_generation.load(std::memory_order_acquire);
+  if (gen == 0) return;
+  ThreadState& ts = thread_state();
+  if (ts.generation != gen) join_session(ts, gen);
+  ThreadBuffer* buf = ts.buffer;
+  if (buf == nullptr || ts.generation != gen) return;
+  buf->busy.store(true, std::memory_order_seq_cst);
+  if (g_memory_generation.load(std::memory_order_seq_cst) == gen) {
+    buf->memory.push_back(MemRecord{ticks(), int64_t(reinterpret_cast<uintptr_t>(ptr)), bytes,
+                                    int64_t(total_allocated), int64_t(total_reserved),
+                                    buf->index, int8_t(device.type()),
+                                    int8_t(device.index()), 0});
+  }
+  buf->busy.store(false, std::memory_order_release);
+}
+
+struct MemoryReporter : public torch::profiler::impl::ProfilerStateBase {
+  MemoryReporter()
+      : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(
+            torch::profiler::impl::ProfilerState::Disabled)) {}
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
+                         size_t total_reserved, c10::Device device) override {
+    record_memory(ptr, alloc_size, total_allocated, total_reserved, device);
+  }
+  bool memoryProfilingEnabled() const override {
+    return g_memory_generation.load(std::memory_order_relaxed) != 0;
+  }
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+};
+std::shared_ptr<MemoryReporter> g_reporter;  // pushed on the starting thread
+
+void push_reporter() {
+  g_reporter = std::make_shared<MemoryReporter>();
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, g_reporter);
+}
+
+// Pops our reporter when it is on top of this thread's debug info; otherwise
+// (stop on another thread, or something pushed above it) it stays, inert.
+void pop_reporter() {
+  if (!g_reporter) return;
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == g_reporter.get()) {
+    try {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (const std::exception&) {
+    }
+  }
+  g_reporter.reset();
+}
+
+void start(bool record_shapes, bool profile_memory, bool with_stack) {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (g_session) {
     throw std::runtime_error("opscope native collector is already recording");
@@ -385,7 +634,12 @@ void start(bool record_shapes) {
   auto s = std::make_shared<Session>();
   s->generation = ++g_last_generation;
   s->record_shapes = record_shapes;
+  s->with_stack = with_stack;
   g_session = s;
+  if (profile_memory) {
+    push_reporter();
+    g_memory_generation.store(s->generation, std::memory_order_release);
+  }
   auto cb = at::RecordFunctionCallback(on_start, on_end)
                 .needsInputs(record_shapes)
                 .needsIds(false);
@@ -419,8 +673,50 @@ void free_finished_chunks(ThreadBuffer& t) {
   }
 }
 
+// Joins the per-thread stack tables into one. Returns (stack id per record,
+// stack begin offsets, frame index per stack entry, frames as (filename,
+// line, function)); ids and offsets are uint32 arrays as bytes.
+py::tuple collect_stacks(const std::vector<ThreadBuffer*>& threads, size_t total) {
+  std::vector<uint32_t> ids;
+  ids.reserve(total);
+  std::vector<uint32_t> begin{0}, entries;
+  py::list frames;
+  uint32_t frame_base = 0;
+  for (ThreadBuffer* t : threads) {
+    uint32_t base = uint32_t(begin.size() - 1);
+    size_t n_records = t->count();
+    for (size_t i = 0; i < n_records; ++i) {
+      uint32_t id = i < t->stack_ids.size() ? t->stack_ids[i] : kNoStack;
+      ids.push_back(id == kNoStack ? kNoStack : id + base);
+    }
+    size_t n_stacks = t->stack_begin.empty() ? 0 : t->stack_begin.size() - 1;
+    for (size_t k = 0; k < n_stacks; ++k) {
+      for (uint32_t f = t->stack_begin[k]; f < t->stack_begin[k + 1]; ++f) {
+        entries.push_back(frame_base + t->stack_frames[f]);
+      }
+      begin.push_back(uint32_t(entries.size()));
+    }
+    for (const ResolvedFrame& f : t->frame_text) {
+      frames.append(py::make_tuple(py::str(f.filename), f.line, py::str(f.name)));
+    }
+    frame_base += uint32_t(t->frame_text.size());
+    std::vector<uint32_t>().swap(t->stack_ids);
+    std::vector<uint32_t>().swap(t->stack_begin);
+    std::vector<uint32_t>().swap(t->stack_frames);
+    std::vector<FrameKey>().swap(t->frame_keys);
+    std::vector<ResolvedFrame>().swap(t->frame_text);
+    t->frame_ids.clear();
+    t->stack_by_hash.clear();
+  }
+  auto as_bytes = [](const std::vector<uint32_t>& v) {
+    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(uint32_t));
+  };
+  return py::make_tuple(as_bytes(ids), as_bytes(begin), as_bytes(entries), frames);
+}
+
 // Stops recording and returns the session as plain bytes:
-// (records, shapes_per_thread, thread_os_ids, names, stop_ns)
+// (records, shapes_per_thread, thread_os_ids, names, stop_ns, memory, stacks)
+// where stacks is None without with_stack (see collect_stacks).
 py::tuple stop() {
   std::shared_ptr<Session> s;
   {
@@ -429,10 +725,12 @@ py::tuple stop() {
       throw std::runtime_error("opscope native collector is not recording");
     }
     g_active_generation.store(0, std::memory_order_seq_cst);
+    g_memory_generation.store(0, std::memory_order_seq_cst);
     at::removeCallback(g_handle);
     s = std::move(g_session);
     g_session.reset();
   }
+  pop_reporter();
   ClockPoint stop_point = clock_point();
   int64_t stop_ns = stop_point.ns;
   std::lock_guard<std::mutex> g(s->mu);
@@ -459,12 +757,32 @@ py::tuple stop() {
     std::vector<int64_t>().swap(t->shapes);
   }
   to_clock_ns(out_records, total, stop_point);
+  size_t n_mem = 0;
+  for (ThreadBuffer* t : s->threads) n_mem += t->memory.size();
+  std::string mem_blob(n_mem * sizeof(MemRecord), '\0');
+  MemRecord* mem_out = reinterpret_cast<MemRecord*>(&mem_blob[0]);
+  for (ThreadBuffer* t : s->threads) {
+    std::memcpy(mem_out, t->memory.data(), t->memory.size() * sizeof(MemRecord));
+    mem_out += t->memory.size();
+    std::vector<MemRecord>().swap(t->memory);
+  }
+  if (g_use_tsc) {
+    MemRecord* m = reinterpret_cast<MemRecord*>(&mem_blob[0]);
+    double span = double(stop_point.ticks - g_load_point.ticks);
+    double scale = span > 0 ? double(stop_point.ns - g_load_point.ns) / span : 1.0;
+    for (size_t i = 0; i < n_mem; ++i) {
+      m[i].time_ns = g_load_point.ns + int64_t(double(m[i].time_ns - g_load_point.ticks) * scale);
+    }
+  }
+  py::object stacks = py::none();
+  if (s->with_stack) stacks = collect_stacks(s->threads, total);
   py::list names;
   {
     std::lock_guard<std::mutex> gn(g_names.mu);
     for (const auto& n : g_names.names) names.append(py::str(n));
   }
-  return py::make_tuple(py::bytes(blob), shapes, tids, names, stop_ns);
+  return py::make_tuple(py::bytes(blob), shapes, tids, names, stop_ns, py::bytes(mem_blob),
+                        stacks);
 }
 
 bool is_recording() {
@@ -511,7 +829,8 @@ void empty_observer_stop() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("start", &start, "Start recording RecordFunction events");
+  m.def("start", &start, py::arg("record_shapes"), py::arg("profile_memory") = false,
+        py::arg("with_stack") = false, "Start recording RecordFunction events");
   m.def("stop", &stop, "Stop recording and return the raw session");
   m.def("is_recording", &is_recording);
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
@@ -521,4 +840,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Register a do-nothing global callback (benchmarks: RecordFunction's own cost)");
   m.def("empty_observer_stop", &empty_observer_stop);
   m.attr("RECORD_SIZE") = int(sizeof(Record));
+  m.attr("MEMORY_RECORD_SIZE") = int(sizeof(MemRecord));
+  m.def("frame_walk_supported", &frame_walk_supported,
+        "True when with_stack can read Python frames on this Python version");
 }

@@ -395,7 +395,10 @@ class PythonCollector:
     def is_recording(self) -> bool:
         return self._rec is not None and self._rec.active
 
-    def start(self, *, record_shapes: bool = False) -> None:
+    def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
+              with_stack: bool = False) -> None:
+        """Start recording. ``profile_memory`` and ``with_stack`` need the native
+        collector; here they record nothing (see the README)."""
         if self._rec is not None:
             raise RuntimeError("opscope python collector is already recording; call stop() first")
         rec = _Recording(bool(record_shapes))

@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.model.records import NO_INPUTS, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER
+from opscope.model.records import (FLAG_MEMORY, NO_INPUTS, SCOPE_BACKWARD_FUNCTION,
+                                    SCOPE_FUNCTION, SCOPE_USER)
 from opscope.model.session import OPTION_NAMES, ProfileSession
 
 # Top-level keys this module writes itself; user metadata may not reuse them.
@@ -262,6 +263,9 @@ def _write_events(session: ProfileSession, base_ns: int, out: _LineWriter) -> No
         out.add(flow % ("s", k, pid, tids[fwd], ts[0][fwd], ts[1][fwd], ""))
         out.add(flow % ("f", k, pid, tids[bwd], ts[0][bwd], ts[1][bwd], ', "bp": "e"'))
 
+    if session.memory is not None:
+        _write_memory(session, pid, shift, out)
+
     out.add('{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
             '"tid": "PyTorch Profiler", "ts": %s, "dur": %s, "args": {"Op count": 0}}'
             % (start_us, _us(win_stop - win_start)))
@@ -299,6 +303,9 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
     append = chunk.append
     rows = zip(range(len(table)), head_col, tids, ts[0], ts[1], dur[0], dur[1],
                table.seq_nr.tolist(), table.fwd_thread_id.tolist(), extra.tolist())
+    is_memory = (table.flags & FLAG_MEMORY) != 0
+    if is_memory.any():  # [memory] rows are written as instant events instead
+        rows = (row for row, skip in zip(rows, is_memory.tolist()) if not skip)
     for i, head, tid, tq, tr, dq, dr, seq, fwd, slow in rows:
         if slow:
             append(_op_line_with_extras(session, i, prefix % (head, tid, tq, tr, dq, dr), seq, fwd,
@@ -311,6 +318,32 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
             out.extend(chunk)
             chunk = []
             append = chunk.append
+    out.extend(chunk)
+
+
+def _write_memory(session: ProfileSession, pid: int, shift: int, out: _LineWriter) -> None:
+    """One ``[memory]`` instant event per allocator record, with torch's args."""
+    mem = session.memory
+    table = session.table
+    tid_of = table.thread_ids.tolist()
+    line = ('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
+            '"pid": %d, "tid": %d, "ts": %d.%03d, "args": {"Total Reserved": %d, '
+            '"Total Allocated": %d, "Bytes": %d, "Device Id": %d, "Device Type": %d, '
+            '"Addr": %d, "finished": false, "Ev Idx": %d}}')
+    ts_ns = mem["time_ns"] + shift
+    first_idx = len(table)
+    chunk: List[str] = []
+    for k, (thread, tq, tr, reserved, allocated, nbytes, dev_id, dev_type, addr) in enumerate(zip(
+            mem["thread_index"].tolist(), (ts_ns // 1000).tolist(), (ts_ns % 1000).tolist(),
+            mem["total_reserved"].tolist(), mem["total_allocated"].tolist(),
+            mem["bytes"].tolist(), mem["device_index"].tolist(), mem["device_type"].tolist(),
+            mem["addr"].tolist())):
+        tid = tid_of[thread] if thread < len(tid_of) else 0
+        chunk.append(line % (pid, tid, tq, tr, reserved, allocated, nbytes, dev_id, dev_type,
+                             addr, first_idx + k))
+        if len(chunk) >= _CHUNK_LINES:
+            out.extend(chunk)
+            chunk = []
     out.extend(chunk)
 
 

@@ -18,8 +18,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.model.records import (FLAG_ASYNC, NO_INPUTS, RawSession, RecordedInputs,
-                                    decode_inputs)
+from opscope.model.records import (FLAG_ASYNC, NO_INPUTS, NO_STACK, RawSession,
+                                    RecordedInputs, decode_inputs)
 
 
 def sort_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -79,7 +79,7 @@ class EventTable:
 
     COLUMNS = (
         "name_id", "start_ns", "end_ns", "thread_index", "rf_thread_id",
-        "fwd_thread_id", "seq_nr", "scope", "flags", "input_offset",
+        "fwd_thread_id", "seq_nr", "scope", "flags", "input_offset", "stack_id",
     )
 
     def __init__(self, symbols: SymbolTable, columns: Dict[str, np.ndarray], *,
@@ -103,8 +103,12 @@ class EventTable:
         order = sort_order(rec["start_ns"], rec["end_ns"])
         rec = rec[order]
         columns = {name: np.ascontiguousarray(rec[name]) for name in cls.COLUMNS
-                   if name != "input_offset"}
+                   if name not in ("input_offset", "stack_id")}
         columns["input_offset"] = np.ascontiguousarray(rec["input_offset"])
+        if raw.stack_ids is not None and len(raw.stack_ids) == len(order):
+            columns["stack_id"] = np.asarray(raw.stack_ids, dtype=np.int64)[order]
+        else:
+            columns["stack_id"] = np.full(len(order), NO_STACK, dtype=np.int64)
         return cls(SymbolTable(raw.names), columns, raw=raw, base_ns=raw.start_ns,
                    epoch_offset_ns=raw.epoch_offset_ns, thread_ids=raw.thread_ids)
 

@@ -63,7 +63,9 @@ class FunctionEvent(_CpuEventFields):
                  sequence_nr: int = -1, is_async: bool = False, flops: Optional[int] = None,
                  concrete_inputs=None, input_dtypes=None, trace_name: Optional[str] = None,
                  overload_name: str = "", is_user_annotation: bool = False,
-                 cpu_memory_usage: int = 0, self_cpu_time_total: Optional[float] = None):
+                 cpu_memory_usage: int = 0, self_cpu_time_total: Optional[float] = None,
+                 self_cpu_memory_usage: Optional[int] = None, device_memory_usage: int = 0,
+                 self_device_memory_usage: int = 0):
         self.id = id
         self.name = name
         self.key = name
@@ -83,8 +85,11 @@ class FunctionEvent(_CpuEventFields):
         self.overload_name = overload_name
         self.is_user_annotation = is_user_annotation
         self.cpu_memory_usage = cpu_memory_usage
-        self.self_cpu_memory_usage = cpu_memory_usage
+        self.self_cpu_memory_usage = (cpu_memory_usage if self_cpu_memory_usage is None
+                                      else self_cpu_memory_usage)
         self._init_cpu_fields()
+        self.device_memory_usage = device_memory_usage
+        self.self_device_memory_usage = self_device_memory_usage
         self.cpu_parent: Optional["FunctionEvent"] = None
         self.cpu_children: List["FunctionEvent"] = []
         self.kernels: list = []

@@ -39,6 +39,24 @@ RECORD_DTYPE = np.dtype(
 NO_INPUTS = 0xFFFFFFFF
 FLAG_UNFINISHED = 1
 FLAG_ASYNC = 2
+FLAG_MEMORY = 4  # a top-level "[memory]" event: an allocation made outside any op
+
+# One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator
+# (observer.cpp: MemRecord). device_type is c10::DeviceType (0: CPU).
+MEMORY_DTYPE = np.dtype(
+    [
+        ("time_ns", "<i8"),
+        ("addr", "<i8"),
+        ("bytes", "<i8"),
+        ("total_allocated", "<i8"),
+        ("total_reserved", "<i8"),
+        ("thread_index", "<i4"),
+        ("device_type", "i1"),
+        ("device_index", "i1"),
+        ("pad", "<u2"),
+    ]
+)
+NO_STACK = -1
 
 # at::RecordScope values
 SCOPE_FUNCTION = 0
@@ -176,6 +194,12 @@ class RawSession:
     collector: str = "native"
     process_id: int = 0
     metadata: dict = field(default_factory=dict)
+    # profile_memory: MEMORY_DTYPE records, in time order per thread.
+    memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))
+    # with_stack: a stack id per record (NO_STACK: none) and, per stack id, the
+    # Python frames innermost first, as "file.py(12): function".
+    stack_ids: Optional[np.ndarray] = None
+    stack_table: Optional[List[List[str]]] = None
 
     @classmethod
     def empty(cls) -> "RawSession":

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+import numpy as np
+
 from opscope.model.events import EventTable
 from opscope.model.records import RawSession  # noqa: F401  (doctest)
 
@@ -45,3 +47,9 @@ class ProfileSession:
     # Per event (table order): Python frames innermost-first, as torch orders
     # FunctionEvent.stack, or None where none was recorded. None: no stacks at all.
     stacks: Optional[List[Optional[List[str]]]] = None
+    # profile_memory: allocator records in time order (records.MEMORY_DTYPE), the
+    # event owning each (-1: none), and per-event arrays cpu_memory_usage,
+    # self_cpu_memory_usage, device_memory_usage, self_device_memory_usage.
+    memory: Optional[np.ndarray] = None
+    memory_owner: Optional[np.ndarray] = None
+    event_memory: Optional[Dict[str, np.ndarray]] = None
