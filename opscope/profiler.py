@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
@@ -108,6 +109,7 @@ class profile:
         self._session: Optional[ProfileSession] = None
         self._events: Optional[EventList] = None
         self._step_range: Optional[record_function] = None
+        self._sightings: Any = None  # memory-category hooks while recording
 
     # -- context manager and schedule -------------------------------------------------
     def __enter__(self) -> "profile":
@@ -172,8 +174,17 @@ class profile:
                 if self.on_trace_ready is not None:
                     self.on_trace_ready(self)
 
+    def _drop_sightings(self):
+        """Uninstall the memory-category hooks; what they saw, or None."""
+        hooks, self._sightings = self._sightings, None
+        if hooks is None:
+            return None
+        hooks.uninstall()
+        return hooks.to_array()
+
     def _abort(self) -> None:
         """Leave no hook installed, whatever happened."""
+        self._drop_sightings()
         if self._recording:
             set_recording_collector(None)
             self._recording = False
@@ -204,6 +215,11 @@ class profile:
         self._metadata.update(self.preset_metadata)
         self._collector.start(record_shapes=self.record_shapes,
                               profile_memory=self.profile_memory, with_stack=self.with_stack)
+        if self.profile_memory:
+            from opscope.collect.memory_hooks import TensorSightings
+
+            self._sightings = TensorSightings(clock=self._collector.now_ns)
+            self._sightings.install()
         self._recording = True
         set_recording_collector(self._collector)
 
@@ -214,9 +230,11 @@ class profile:
             return
         set_recording_collector(None)
         self._recording = False
+        sightings = self._drop_sightings()
         raw = self._collector.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}
-        self._session = build_session(raw, options=options, metadata=dict(self._metadata))
+        self._session = build_session(raw, options=options, metadata=dict(self._metadata),
+                                      memory_sightings=sightings)
         self._events = None
 
     # -- results ------------------------------------------------------------------------
@@ -284,6 +302,31 @@ class profile:
         from opscope.export.chrome_trace import write_chrome_trace
 
         write_chrome_trace(self.session, path)
+
+    def export_memory_timeline(self, path: str, device: Optional[str] = None) -> None:
+        """Write memory by category over time; the suffix of ``path`` picks the format.
+
+        ``.json``/``.json.gz``: ``[times, sizes]``; ``.raw.json.gz``: raw rows;
+        ``.html``: an offline plot. Needs only ``profile_memory=True``.
+        """
+        if not self.profile_memory:
+            raise ValueError("export_memory_timeline needs profile_memory=True: create the "
+                             "profiler with opscope.profile(profile_memory=True, ...)")
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+            raise ValueError(f"export_memory_timeline: path must be a file path, got {path!r}")
+        from opscope.export.memory_timeline import write_memory_timeline
+
+        if device is None:
+            import torch
+
+            device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        write_memory_timeline(self.session, os.fspath(path), device)
+
+    def memory_summary(self, top: int = 10) -> str:
+        """Peak memory per step and the ops with the largest self allocations, as text."""
+        from opscope.export.memory_summary import format_memory_summary
+
+        return format_memory_summary(self.session, top=top)
 
     def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
         """Write collapsed stacks for flamegraph.pl or speedscope."""

@@ -53,3 +53,5 @@ class ProfileSession:
     memory: Optional[np.ndarray] = None
     memory_owner: Optional[np.ndarray] = None
     event_memory: Optional[Dict[str, np.ndarray]] = None
+    # Tensors seen in known roles (model.memory.SIGHTING_DTYPE), for categories.
+    memory_sightings: Optional[np.ndarray] = None

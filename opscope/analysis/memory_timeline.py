@@ -1,0 +1,270 @@
+"""Memory blocks, their categories, and the timeline torch's exporter writes.
+
+A *block* is one allocation: from its allocation record (or the start of the
+window, for memory that existed before) to its free (or the end). Its
+category comes from what was observed, never from a guess:
+
+1. a sighting (``opscope.collect.memory_hooks``) of a tensor whose storage is
+   the block: PARAMETER, OPTIMIZER_STATE, GRADIENT, INPUT or ACTIVATION,
+   the first of these in that order when several apply;
+2. else TEMPORARY, when it is allocated and freed within one op (an aten op
+   whose interval holds both, on one thread);
+3. else AUTOGRAD_DETAIL, when it is allocated inside a backward node and is
+   no parameter's ``.grad``;
+4. else unknown.
+
+Example::
+
+    >>> import numpy as np
+    >>> from opscope.model.records import MEMORY_DTYPE
+    >>> mem = np.zeros(2, MEMORY_DTYPE)
+    >>> mem["time_ns"], mem["addr"], mem["bytes"] = [10, 20], [64, 64], [512, -512]
+    >>> blocks = pair_blocks(mem)
+    >>> blocks.t_alloc.tolist(), blocks.t_free.tolist(), blocks.nbytes.tolist()
+    ([10], [20], [512])
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from opscope.analysis.stacks import inherit_down
+from opscope.model.memory import (AUTOGRAD_DETAIL, SIGHTING_DTYPE, SIGHTING_PRIORITY,
+                                  TEMPORARY, UNKNOWN)
+from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.session import ProfileSession
+
+BEFORE = -1  # t_alloc of memory that existed before the window
+ALIVE = -1  # t_free of memory still held at the end
+
+
+@dataclass
+class Blocks:
+    """Parallel arrays, one entry per block. Record indices are -1 where absent."""
+
+    addr: np.ndarray
+    nbytes: np.ndarray
+    t_alloc: np.ndarray
+    t_free: np.ndarray
+    device_type: np.ndarray
+    device_index: np.ndarray
+    alloc_record: np.ndarray
+    free_record: np.ndarray
+    category: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.addr)
+
+
+def _device_key(device_type: np.ndarray, device_index: np.ndarray, addr: np.ndarray) -> np.ndarray:
+    return ((device_type.astype(np.int64) & 0x7F) << 56) | ((device_index.astype(np.int64) & 0xFF)
+                                                            << 48) | addr.astype(np.int64)
+
+
+def pair_blocks(memory: np.ndarray) -> Blocks:
+    """Match each allocation with the next free of its address on its device."""
+    n = len(memory)
+    key = _device_key(memory["device_type"], memory["device_index"], memory["addr"])
+    order = np.lexsort((np.arange(n), memory["time_ns"], key))
+    k, b = key[order], memory["bytes"][order]
+    is_alloc = b > 0
+    nxt_same = np.zeros(n, bool)
+    nxt_same[:-1] = k[1:] == k[:-1]
+    nxt_free = np.zeros(n, bool)
+    nxt_free[:-1] = b[1:] < 0
+    paired = is_alloc & nxt_same & nxt_free
+    prev_paired = np.zeros(n, bool)
+    prev_paired[1:] = paired[:-1]
+    allocs = np.flatnonzero(is_alloc)
+    lone_frees = np.flatnonzero((b < 0) & ~prev_paired)  # freed memory allocated before
+    alloc_rec = order[allocs]
+    free_of_alloc = np.where(paired[allocs], order[np.minimum(allocs + 1, n - 1)], -1)
+    t = memory["time_ns"]
+    rec_a = np.concatenate([alloc_rec, np.full(len(lone_frees), -1)])
+    rec_f = np.concatenate([free_of_alloc, order[lone_frees]])
+    src = np.where(rec_a >= 0, rec_a, rec_f)
+    return Blocks(
+        addr=memory["addr"][src].astype(np.int64),
+        nbytes=np.abs(memory["bytes"][src]).astype(np.int64),
+        t_alloc=np.where(rec_a >= 0, t[np.maximum(rec_a, 0)], BEFORE).astype(np.int64),
+        t_free=np.where(rec_f >= 0, t[np.maximum(rec_f, 0)], ALIVE).astype(np.int64),
+        device_type=memory["device_type"][src].astype(np.int64),
+        device_index=memory["device_index"][src].astype(np.int64),
+        alloc_record=rec_a.astype(np.int64),
+        free_record=rec_f.astype(np.int64),
+    )
+
+
+def _add_sighted(blocks: Blocks, sightings: np.ndarray) -> Tuple[Blocks, np.ndarray]:
+    """Block index per sighting (-1: none), adding blocks for pre-existing tensors."""
+    key = _device_key(blocks.device_type, blocks.device_index, blocks.addr)
+    by_key: Dict[int, List[Tuple[int, int]]] = {}
+    for i, (k, ta) in enumerate(zip(key.tolist(), blocks.t_alloc.tolist())):
+        by_key.setdefault(k, []).append((ta, i))
+    for lst in by_key.values():
+        lst.sort()
+    new_rows: List[Tuple[int, int, int, int, int]] = []  # addr, bytes, t_free, device
+    created: Dict[int, int] = {}
+    hit = np.full(len(sightings), -1, dtype=np.int64)
+    t_free = blocks.t_free.tolist()
+    s_key = _device_key(sightings["device_type"], sightings["device_index"], sightings["addr"])
+    for j, (k, ts, nbytes, dev, dev_index) in enumerate(zip(
+            s_key.tolist(), sightings["time_ns"].tolist(), sightings["bytes"].tolist(),
+            sightings["device_type"].tolist(), sightings["device_index"].tolist())):
+        lst = by_key.get(k, [])
+        pos = bisect.bisect_right(lst, (ts, 1 << 62)) - 1
+        if pos >= 0:
+            block = lst[pos][1]
+            if t_free[block] == ALIVE or t_free[block] >= ts:
+                hit[j] = block
+            continue
+        if k in created:
+            hit[j] = created[k]
+            continue
+        # existed before the window: alive until its address is allocated again
+        later = bisect.bisect_right(lst, (ts, 1 << 62))
+        end = lst[later][0] if later < len(lst) else ALIVE
+        idx = len(blocks) + len(new_rows)
+        new_rows.append((k & ((1 << 48) - 1), nbytes, end, dev, dev_index))
+        created[k] = idx
+        hit[j] = idx
+    if new_rows:
+        add = np.array(new_rows, dtype=np.int64)
+        blocks = Blocks(
+            addr=np.concatenate([blocks.addr, add[:, 0]]),
+            nbytes=np.concatenate([blocks.nbytes, add[:, 1]]),
+            t_alloc=np.concatenate([blocks.t_alloc, np.full(len(add), BEFORE)]),
+            t_free=np.concatenate([blocks.t_free, add[:, 2]]),
+            device_type=np.concatenate([blocks.device_type, add[:, 3]]),
+            device_index=np.concatenate([blocks.device_index, add[:, 4]]),
+            alloc_record=np.concatenate([blocks.alloc_record, np.full(len(add), -1)]),
+            free_record=np.concatenate([blocks.free_record, np.full(len(add), -1)]),
+        )
+    return blocks, hit
+
+
+def categorized_blocks(session: ProfileSession,
+                       sightings: Optional[np.ndarray] = None) -> Blocks:
+    """Every block of the session with its category (model.memory codes)."""
+    memory = session.memory if session.memory is not None else np.zeros(0)
+    if sightings is None:
+        sightings = session.memory_sightings
+    if sightings is None:
+        sightings = np.zeros(0, SIGHTING_DTYPE)
+    blocks = pair_blocks(memory) if len(memory) else pair_blocks(_empty_memory())
+    blocks, hit = _add_sighted(blocks, sightings)
+    rank = np.full(len(blocks), len(SIGHTING_PRIORITY), dtype=np.int64)
+    order_of = np.full(8, len(SIGHTING_PRIORITY), dtype=np.int64)
+    order_of[list(SIGHTING_PRIORITY)] = np.arange(len(SIGHTING_PRIORITY))
+    ok = hit >= 0
+    np.minimum.at(rank, hit[ok], order_of[sightings["category"][ok].astype(np.int64)])
+    category = np.full(len(blocks), UNKNOWN, dtype=np.int64)
+    seen = rank < len(SIGHTING_PRIORITY)
+    category[seen] = np.asarray(SIGHTING_PRIORITY)[rank[seen]]
+    _unsighted_categories(session, blocks, category, ~seen)
+    blocks.category = category
+    return blocks
+
+
+def _unsighted_categories(session: ProfileSession, blocks: Blocks, category: np.ndarray,
+                          todo: np.ndarray) -> None:
+    owner = session.memory_owner
+    table = session.table
+    if owner is None or not todo.any() or len(table) == 0:
+        return
+    a_rec, f_rec = blocks.alloc_record, blocks.free_record
+    a_owner = np.where(a_rec >= 0, owner[np.maximum(a_rec, 0)], -1)
+    f_owner = np.where(f_rec >= 0, owner[np.maximum(f_rec, 0)], -1)
+    # TEMPORARY: climb from the allocating op to the first op still open at the free
+    cand = np.where(todo & (a_owner >= 0) & (f_owner >= 0), a_owner, -1)
+    t_free = blocks.t_free
+    while True:
+        climb = (cand >= 0) & (table.end_ns[np.maximum(cand, 0)] < t_free)
+        if not climb.any():
+            break
+        cand[climb] = table.parent[cand[climb]]
+    same_thread = (cand >= 0) & (table.thread_index[np.maximum(cand, 0)]
+                                 == table.thread_index[np.maximum(f_owner, 0)])
+    temp = same_thread & (table.scope[np.maximum(cand, 0)] == SCOPE_FUNCTION)
+    category[temp] = TEMPORARY
+    is_node = (table.scope == SCOPE_BACKWARD_FUNCTION).astype(np.int8)
+    in_bwd = inherit_down(table.parent, is_node, is_node == 0).astype(bool) | (is_node == 1)
+    detail = todo & ~temp & (a_owner >= 0) & in_bwd[np.maximum(a_owner, 0)]
+    category[detail] = AUTOGRAD_DETAIL
+
+
+def _empty_memory() -> np.ndarray:
+    from opscope.model.records import MEMORY_DTYPE
+
+    return np.zeros(0, MEMORY_DTYPE)
+
+
+def device_filter(blocks: Blocks, device: str) -> np.ndarray:
+    """Blocks on ``device`` ("cpu", "cuda", "cuda:1")."""
+    import torch
+
+    dev = torch.device(device)
+    codes = {"cpu": 0, "cuda": 1}
+    if dev.type not in codes:
+        raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}")
+    pick = blocks.device_type == codes[dev.type]
+    if dev.type != "cpu":
+        pick &= blocks.device_index == (dev.index or 0)
+    return pick
+
+
+def timeline(session: ProfileSession, device: str = "cpu",
+             blocks: Optional[Blocks] = None) -> Tuple[List[int], List[List[int]]]:
+    """``(times, sizes)`` as torch's ``export_memory_timeline`` writes them.
+
+    Times are Unix µs; each sizes row has 9 columns: an unused 0, then the
+    bytes held by each category at that time (model.memory codes + 1).
+    """
+    blocks = blocks if blocks is not None else categorized_blocks(session)
+    pick = device_filter(blocks, device)
+    ta, tf = blocks.t_alloc[pick], blocks.t_free[pick]
+    nb, cat = blocks.nbytes[pick], blocks.category[pick]
+    if len(ta) == 0:
+        return [], []
+    us = lambda t: (t + session.epoch_offset_ns) // 1000  # noqa: E731
+    t_first = min(int(ta[ta != BEFORE].min(initial=1 << 62)), int(tf[tf != ALIVE].min(
+        initial=1 << 62)))
+    t_min = us(t_first) if t_first != 1 << 62 else us(session.start_ns)
+    start = np.where(ta == BEFORE, t_min, us(ta))
+    freed = tf != ALIVE
+    times = np.concatenate([start, us(tf[freed])])
+    delta = np.concatenate([nb, -nb[freed]])
+    column = np.concatenate([cat, cat[freed]]) + 1
+    uniq, slot = np.unique(times, return_inverse=True)
+    grid = np.zeros((len(uniq), 9), dtype=np.int64)
+    np.add.at(grid, (slot, column), delta)
+    return uniq.tolist(), np.cumsum(grid, axis=0).tolist()
+
+
+def raw_timeline(session: ProfileSession, device: str = "cpu",
+                 blocks: Optional[Blocks] = None) -> List[Tuple[int, int, int, int]]:
+    """``(time_ns, action, bytes, category)`` rows, torch's ``.raw.json.gz`` layout.
+
+    Pre-existing memory has time -1 and action PREEXISTING; frees have
+    negative bytes. Times are Unix ns.
+    """
+    from opscope.model.memory import ACTION_CREATE, ACTION_DESTROY, ACTION_PREEXISTING
+
+    blocks = blocks if blocks is not None else categorized_blocks(session)
+    pick = device_filter(blocks, device)
+    rows: List[Tuple[int, int, int, int]] = []
+    off = session.epoch_offset_ns
+    for ta, tf, nb, cat in zip(blocks.t_alloc[pick].tolist(), blocks.t_free[pick].tolist(),
+                               blocks.nbytes[pick].tolist(), blocks.category[pick].tolist()):
+        if ta == BEFORE:
+            rows.append((-1, ACTION_PREEXISTING, nb, cat))
+        else:
+            rows.append((ta + off, ACTION_CREATE, nb, cat))
+        if tf != ALIVE:
+            rows.append((tf + off, ACTION_DESTROY, -nb, cat))
+    rows.sort()
+    return rows

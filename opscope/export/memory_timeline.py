@@ -1,0 +1,140 @@
+"""``export_memory_timeline``: torch's JSON layouts, plus an offline HTML plot.
+
+The suffix picks the format, as in torch:
+
+* ``.json``: ``[times, sizes]`` (see ``analysis.memory_timeline.timeline``);
+* ``.json.gz``: the same, gzipped;
+* ``.raw.json.gz``: ``[time, action, bytes, category]`` rows;
+* ``.html``: one self-contained page, a stacked-area SVG of the categories
+  over time. It fetches nothing. Sizes are labelled in GiB/MiB/KiB, which is
+  what they are (torch writes "GB" over GiB values: pytorch #120171).
+
+Example::
+
+    >>> import os, tempfile
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> path = os.path.join(tempfile.mkdtemp(), "mem.json")
+    >>> write_memory_timeline(build_session(RawSession.empty()), path)
+    >>> open(path).read()
+    '[[], []]'
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import List, Sequence
+
+from opscope.analysis.memory_timeline import categorized_blocks, raw_timeline, timeline
+from opscope.export.atomic import atomic_text_writer
+from opscope.model.memory import CATEGORY_NAMES
+from opscope.model.session import ProfileSession
+
+# torch's colours per category, in plot order
+COLORS = ("darkgreen", "goldenrod", "black", "mediumpurple", "red", "mediumblue", "royalblue",
+          "grey")
+
+
+def write_memory_timeline(session: ProfileSession, path: str, device: str = "cpu") -> None:
+    """Write the timeline of ``device`` to ``path``; the suffix picks the format."""
+    path = os.fspath(path)
+    blocks = categorized_blocks(session)
+    if path.endswith(".html"):
+        times, sizes = timeline(session, device, blocks)
+        with atomic_text_writer(path) as f:
+            f.write(render_html(times, sizes, device))
+        return
+    if path.endswith("raw.json.gz"):
+        data = raw_timeline(session, device, blocks)
+    else:
+        data = list(timeline(session, device, blocks))
+    with atomic_text_writer(path) as f:  # gzips a .gz path
+        json.dump(data, f)
+
+
+def size_unit(peak: int):
+    """The binary unit to label a plot whose largest value is ``peak`` bytes.
+
+    >>> size_unit(3 * 1024 ** 3), size_unit(5000)
+    (('GiB', 1073741824), ('KiB', 1024))
+    """
+    for name, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if peak >= scale:
+            return name, scale
+    return "B", 1
+
+
+def render_html(times: Sequence[int], sizes: Sequence[Sequence[int]], device: str) -> str:
+    """A page with a stacked-area SVG of each category's bytes over time."""
+    width, height, left, bottom, top = 960, 420, 80, 50, 20
+    totals = [sum(row) for row in sizes]
+    peak = max(totals, default=0)
+    unit, scale = size_unit(peak)
+    t0 = times[0] if times else 0
+    span_ms = max((times[-1] - t0) / 1000.0, 1e-3) if times else 1.0
+    y_max = max(peak / scale, 1e-9)
+    plot_w, plot_h = width - left - 20, height - top - bottom
+
+    def x(t):
+        return left + (t - t0) / 1000.0 / span_ms * plot_w
+
+    def y(v):
+        return top + plot_h - v / scale / y_max * plot_h
+
+    layers: List[str] = []
+    below = [0] * len(times)
+    for cat in range(len(CATEGORY_NAMES)):
+        above = [b + row[cat + 1] for b, row in zip(below, sizes)]
+        if any(r[cat + 1] for r in sizes):
+            pts = []
+            for i, t in enumerate(times):  # step shape: a value holds until the next time
+                if i:
+                    pts.append((x(t), y(above[i - 1])))
+                pts.append((x(t), y(above[i])))
+            back = []
+            for i in range(len(times) - 1, -1, -1):
+                back.append((x(times[i]), y(below[i])))
+                if i:
+                    back.append((x(times[i]), y(below[i - 1])))
+            poly = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts + back)
+            layers.append(f'<polygon class="layer" data-category="{CATEGORY_NAMES[cat]}" '
+                          f'points="{poly}" fill="{COLORS[cat]}" fill-opacity="0.85">'
+                          f'<title>{CATEGORY_NAMES[cat]}</title></polygon>')
+        below = above
+    ticks = []
+    for k in range(6):
+        v = y_max * k / 5
+        ticks.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v * scale):.1f}" '
+                     f'y2="{y(v * scale):.1f}" stroke="#ddd"/><text x="{left - 8}" '
+                     f'y="{y(v * scale) + 4:.1f}" text-anchor="end">{v:.2f}</text>')
+        t = span_ms * k / 5
+        ticks.append(f'<text x="{left + plot_w * k / 5:.1f}" y="{top + plot_h + 18}" '
+                     f'text-anchor="middle">{t:.1f}</text>')
+    legend = "".join(
+        f'<li><span class="swatch" style="background:{COLORS[c]}"></span>{name}</li>'
+        for c, name in enumerate(CATEGORY_NAMES))
+    peak_text = f"{peak / scale:.3f} {unit}" if peak else "0 B"
+    title = html.escape(f"Memory timeline ({device})")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
+svg text {{ font-size: 12px; fill: #333; }}
+ul.legend {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 16px; }}
+.swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 6px; }}
+</style></head><body>
+<h1>{title}</h1>
+<p id="peak">Peak: {peak_text}</p>
+<svg id="plot" width="{width}" height="{height}" role="img" aria-label="{title}">
+{''.join(ticks)}
+{''.join(layers)}
+<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>
+<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>
+<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">Time (ms)</text>
+<text transform="translate(16 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">Memory ({unit})</text>
+</svg>
+<ul class="legend">{legend}</ul>
+</body></html>
+"""
