@@ -314,8 +314,11 @@ class profile:
                              "profiler with opscope.profile(profile_memory=True, ...)")
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ValueError(f"export_memory_timeline: path must be a file path, got {path!r}")
+        from opscope.analysis.memory_timeline import parse_device
         from opscope.export.memory_timeline import write_memory_timeline
 
+        if device is not None:
+            parse_device(device)  # a bad device fails before any file is touched
         if device is None:
             import torch
 

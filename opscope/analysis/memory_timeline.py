@@ -203,17 +203,26 @@ def _empty_memory() -> np.ndarray:
     return np.zeros(0, MEMORY_DTYPE)
 
 
+def parse_device(device: str) -> Tuple[int, int]:
+    """(c10 device type, index) of "cpu", "cuda" or "cuda:N", as the allocator reports them.
+
+    >>> parse_device("cpu"), parse_device("cuda:1")
+    ((0, -1), (1, 1))
+    """
+    kind, _, index = str(device).partition(":")
+    if kind == "cpu" and not index:
+        return 0, -1
+    if kind == "cuda" and (not index or index.isdigit()):
+        return 1, int(index or 0)
+    raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
 def device_filter(blocks: Blocks, device: str) -> np.ndarray:
     """Blocks on ``device`` ("cpu", "cuda", "cuda:1")."""
-    import torch
-
-    dev = torch.device(device)
-    codes = {"cpu": 0, "cuda": 1}
-    if dev.type not in codes:
-        raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}")
-    pick = blocks.device_type == codes[dev.type]
-    if dev.type != "cpu":
-        pick &= blocks.device_index == (dev.index or 0)
+    kind, index = parse_device(device)
+    pick = blocks.device_type == kind
+    if kind != 0:
+        pick &= blocks.device_index == index
     return pick
 
 
