@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from opscope.analysis.aggregate import filtered_mask
+from opscope.analysis.flops import event_flops
 from opscope.analysis.tree import build_tree
 from opscope.model.events import EventTable
 from opscope.model.records import RawSession
@@ -19,7 +20,8 @@ from opscope.model.session import ProfileSession
 
 
 def build_session(raw: RawSession, **kwargs) -> ProfileSession:
-    """Drop torch's utility ops, sort, nest and compute self times.
+    """Drop torch's utility ops, sort, nest and compute self times (and FLOPs with
+    ``with_flops`` in ``options``).
 
     ``kwargs`` go to ProfileSession.
     """
@@ -28,6 +30,9 @@ def build_session(raw: RawSession, **kwargs) -> ProfileSession:
     if not keep.all():
         table = table.take(keep)
     table = build_tree(table)
-    return ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
-                          epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
-                          process_id=raw.process_id or os.getpid(), **kwargs)
+    session = ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
+                             epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
+                             process_id=raw.process_id or os.getpid(), **kwargs)
+    if session.options.get("with_flops") and session.flops is None:
+        session.flops = event_flops(table)
+    return session

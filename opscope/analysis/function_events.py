@@ -26,7 +26,10 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     t = session.table
     base = t.base_ns
     names = t.symbols.names
-    with_shapes = session.options.get("record_shapes", False)
+    # torch.profiler records shapes under with_flops too, and shows them
+    with_shapes = session.options.get("record_shapes", False) or \
+        session.options.get("with_flops", False)
+    flops = session.flops.tolist() if session.flops is not None else None
     stacks = session.stacks
     name_id = t.name_id.tolist()
     start = t.start_ns.tolist()
@@ -64,6 +67,7 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
             is_async=is_async[i],
             is_user_annotation=scope[i] == SCOPE_USER,
             self_cpu_time_total=self_ns[i] / 1000.0,
+            flops=flops[i] if flops is not None else None,
         ))
     for i, p in enumerate(parent):
         if p >= 0:

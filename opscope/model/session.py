@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
 
 from opscope.model.events import EventTable
+from opscope.model.modules import ModuleCall, ModuleInfo
 from opscope.model.records import RawSession  # noqa: F401  (doctest)
 
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
@@ -45,3 +48,13 @@ class ProfileSession:
     # Per event (table order): Python frames innermost-first, as torch orders
     # FunctionEvent.stack, or None where none was recorded. None: no stacks at all.
     stacks: Optional[List[Optional[List[str]]]] = None
+    # opscope.itt.mark() calls while recording: (collector-clock ns, OS thread id, message)
+    marks: List[Tuple[int, int, str]] = field(default_factory=list)
+    # with_flops: per event (table order) FLOP estimate, int64, 0 where none
+    # (opscope.analysis.flops.event_flops). None: FLOPs were not estimated.
+    flops: Optional[np.ndarray] = None
+    # with_modules: module range name -> ModuleInfo; a user range whose name is a key
+    # here is a module forward call (see opscope.model.modules). None: not recorded.
+    modules: Optional[Dict[str, ModuleInfo]] = None
+    # with_modules: every forward call with its autograd sequence numbers, call order
+    module_calls: List[ModuleCall] = field(default_factory=list)
