@@ -12,14 +12,15 @@ Replace ``torch.profiler`` with ``opscope`` and the same code runs::
 from __future__ import annotations
 
 from opscope.activity import DeviceType, ProfilerActivity, supported_activities
-from opscope.handlers import tensorboard_trace_handler
+from opscope.handlers import report_handler, tensorboard_trace_handler
 from opscope.profiler import profile
 from opscope.record_function import record_function
 from opscope.schedule import ProfilerAction, schedule
+from opscope import autograd, itt  # noqa: F401  (opscope.autograd.profile, opscope.itt.mark)
+from opscope.on_demand import disable_on_demand, enable_on_demand, enable_from_environment
+from opscope.step_tracker import track_optimizer_steps
 
-# Interim: torch's own ExecutionTraceObserver, which profile() drives through its
-# start()/stop()/cleanup() interface. Ours replaces it (see the issue tracker).
-from torch.profiler import ExecutionTraceObserver
+from opscope.execution_trace import ExecutionTraceObserver
 
 __version__ = "0.1.0"
 
@@ -28,12 +29,15 @@ __all__ = [
     "schedule",
     "supported_activities",
     "tensorboard_trace_handler",
+    "report_handler",
     "ProfilerAction",
     "ProfilerActivity",
     "kineto_available",
     "DeviceType",
     "record_function",
     "ExecutionTraceObserver",
+    "enable_on_demand",
+    "disable_on_demand",
 ]
 
 
@@ -45,3 +49,9 @@ def kineto_available() -> bool:
     from opscope.collect import native_available
 
     return native_available()
+
+
+# Every optimizer.step() feeds opscope.step_tracker (a cheap global post-hook);
+# OPSCOPE_ON_DEMAND=1 makes this process answer `opscope trigger` (opscope.on_demand).
+track_optimizer_steps()
+enable_from_environment()

@@ -50,7 +50,7 @@ class EventList(list):
             max_shapes_column_width=max_shapes_column_width, header=header,
             top_level_events_only=top_level_events_only, time_unit=time_unit,
             profile_memory=self._profile_memory, with_flops=self._with_flops,
-            with_overload_name=self._with_overload_name)
+            with_overload_name=self._with_overload_name, flop_rate_column=self._with_flops)
 
     def __str__(self) -> str:
         return self.table()
@@ -95,3 +95,30 @@ class EventList(list):
             raise ImportError("to_dataframe() needs pandas: pip install pandas") from None
         return pd.DataFrame([{c: getattr(ev, c, None) for c in DATAFRAME_COLUMNS}
                              for ev in self], columns=list(DATAFRAME_COLUMNS))
+
+
+class ModuleList(list):
+    """The rows of ``key_averages(group_by="module")``: one ``ModuleRow`` per module.
+
+    Rows come parents first, each subtree together (see ``analysis.modules``);
+    ``table()`` prints them as an indented tree.
+
+    >>> ModuleList([]).table()
+    ''
+    """
+
+    def __init__(self, rows: Iterable = (), *, with_flops: bool = False):
+        super().__init__(rows)
+        self._with_flops = with_flops
+
+    def table(self, sort_by=None, row_limit=-1, time_unit=None,
+              max_name_column_width=60) -> str:
+        """The module tree as text. See ``export.module_table.format_module_table``."""
+        from opscope.export.module_table import format_module_table
+
+        return format_module_table(self, sort_by=sort_by, row_limit=row_limit,
+                                   time_unit=time_unit, with_flops=self._with_flops,
+                                   max_name_column_width=max_name_column_width)
+
+    def __str__(self) -> str:
+        return self.table()

@@ -30,12 +30,7 @@ def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
 
     def handler(prof) -> None:
         nonlocal worker_name
-        if not os.path.isdir(folder):
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as exc:
-                raise RuntimeError(f"Can't create directory: {folder} ({exc.strerror or exc})") \
-                    from exc
+        _ensure_folder(folder)
         if not worker_name:
             worker_name = f"{socket.gethostname()}_{os.getpid()}"
         file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
@@ -44,3 +39,34 @@ def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
         prof.export_chrome_trace(os.path.join(folder, file_name))
 
     return handler
+
+
+def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable:
+    """Write each ready window's HTML report as ``{worker}.{time_ns}.report.html`` in ``dir_name``.
+
+    Like :func:`tensorboard_trace_handler`, but the file is the self-contained
+    report (``prof.export_report``). ``worker_name`` defaults to ``{hostname}_{pid}``.
+
+    >>> import tempfile
+    >>> callable(report_handler(tempfile.mkdtemp()))
+    True
+    """
+    if not isinstance(dir_name, (str, os.PathLike)) or not str(dir_name):
+        raise ValueError(f"report_handler: dir_name must be a folder path, got {dir_name!r}")
+    folder = os.fspath(dir_name)
+
+    def handler(prof) -> None:
+        _ensure_folder(folder)
+        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        prof.export_report(os.path.join(folder, f"{worker}.{time.time_ns()}.report.html"))
+
+    return handler
+
+
+def _ensure_folder(folder: str) -> None:
+    if not os.path.isdir(folder):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeError(f"Can't create directory: {folder} ({exc.strerror or exc})") \
+                from exc

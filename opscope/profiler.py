@@ -26,10 +26,12 @@ from opscope.analysis.aggregate import key_averages as aggregate_rows
 from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
-from opscope.event_list import EventList
+from opscope.event_list import EventList, ModuleList
+from opscope.itt import take_marks
 from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.record_function import record_function, set_recording_collector
 from opscope.schedule import TRANSITIONS, ProfilerAction, as_action, default_schedule
+from opscope.step_tracker import StepTracker
 
 PROFILER_STEP_NAME = "ProfilerStep"
 
@@ -110,6 +112,7 @@ class profile:
         self._events: Optional[EventList] = None
         self._step_range: Optional[record_function] = None
         self._sightings: Any = None  # memory-category hooks while recording
+        self._module_ranges: Any = None  # collect.module_hooks.ModuleRanges while recording
 
     # -- context manager and schedule -------------------------------------------------
     def __enter__(self) -> "profile":
@@ -126,6 +129,7 @@ class profile:
     def start(self) -> None:
         """Begin profiling (the first step's action decides whether to record)."""
         _claim(self)
+        StepTracker.init_step_count(PROFILER_STEP_NAME)
         try:
             self._transit(ProfilerAction.NONE, self.current_action)
             self._enter_step_range()
@@ -146,6 +150,7 @@ class profile:
         self._exit_step_range()
         previous = self.current_action
         self.step_num += 1
+        StepTracker.increment_step(PROFILER_STEP_NAME)
         self.current_action = as_action(self.schedule(self.step_num))
         self._transit(previous, self.current_action)
         self._enter_step_range()
@@ -185,6 +190,8 @@ class profile:
     def _abort(self) -> None:
         """Leave no hook installed, whatever happened."""
         self._drop_sightings()
+        self._take_module_ranges()
+        StepTracker.erase_step_count(PROFILER_STEP_NAME)
         if self._recording:
             set_recording_collector(None)
             self._recording = False
@@ -213,7 +220,8 @@ class profile:
         if dist_info:
             self._metadata["distributedInfo"] = json.dumps(dist_info)
         self._metadata.update(self.preset_metadata)
-        self._collector.start(record_shapes=self.record_shapes,
+        # FLOP formulas need input shapes; torch records them too under with_flops
+        self._collector.start(record_shapes=self.record_shapes or self.with_flops,
                               profile_memory=self.profile_memory, with_stack=self.with_stack)
         if self.profile_memory:
             from opscope.collect.memory_hooks import TensorSightings
@@ -222,19 +230,35 @@ class profile:
             self._sightings.install()
         self._recording = True
         set_recording_collector(self._collector)
+        if self.with_modules:
+            from opscope.collect.module_hooks import ModuleRanges
+
+            self._module_ranges = ModuleRanges(self._collector)
+            self._module_ranges.install()
+
+    def _take_module_ranges(self) -> Any:
+        """Uninstall the module hooks (if any) and hand them over for their results."""
+        module_ranges, self._module_ranges = self._module_ranges, None
+        if module_ranges is not None:
+            module_ranges.uninstall()
+        return module_ranges
 
     def _stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.stop()
         if not self._recording:
             return
+        module_ranges = self._take_module_ranges()
         set_recording_collector(None)
         self._recording = False
         sightings = self._drop_sightings()
         raw = self._collector.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}
+        modules = {} if module_ranges is None else dict(
+            modules=module_ranges.modules(), module_calls=module_ranges.calls())
         self._session = build_session(raw, options=options, metadata=dict(self._metadata),
-                                      memory_sightings=sightings)
+                                      memory_sightings=sightings, **modules)
+        self._session.marks = take_marks(self._collector, raw.start_ns, raw.stop_ns)
         self._events = None
 
     # -- results ------------------------------------------------------------------------
@@ -258,16 +282,43 @@ class profile:
         return self._events
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
-                     group_by_overload_name: bool = False) -> EventList:
-        """Events averaged by name (and optionally input shapes or the top of the stack)."""
+                     group_by_overload_name: bool = False, group_by: Optional[str] = None):
+        """Events averaged by name (and optionally input shapes or the top of the stack).
+
+        ``group_by="module"`` (with ``with_modules=True``) gives one row per
+        ``nn.Module`` instead, as a tree: see ``module_table()``.
+        """
+        if group_by is not None:
+            return self._module_averages(group_by)
         if group_by_overload_name:
             return self.events().key_averages(group_by_input_shape, group_by_stack_n,
                                               group_by_overload_name=True)
         session = self.session
         rows = aggregate_rows(session.table, group_by_input_shape=group_by_input_shape,
                               group_by_stack_n=group_by_stack_n, stacks=session.stacks,
-                              memory=session.event_memory)
+                              memory=session.event_memory, flops=session.flops)
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
+
+    def _module_averages(self, group_by: str) -> ModuleList:
+        if group_by != "module":
+            raise ValueError(f"key_averages: group_by must be None or 'module', got {group_by!r}")
+        session = self.session
+        if session.modules is None:
+            raise RuntimeError("key_averages(group_by='module') needs "
+                               "opscope.profile(with_modules=True)")
+        from opscope.analysis.modules import module_rows
+
+        return ModuleList(module_rows(session), with_flops=self.with_flops)
+
+    def module_table(self, sort_by: Optional[str] = None, row_limit: int = -1,
+                     time_unit: Optional[str] = None, max_name_column_width: int = 60) -> str:
+        """The module tree as text: one row per nn.Module (needs ``with_modules=True``).
+
+        Same as ``key_averages(group_by="module").table(...)``.
+        """
+        return self.key_averages(group_by="module").table(
+            sort_by=sort_by, row_limit=row_limit, time_unit=time_unit,
+            max_name_column_width=max_name_column_width)
 
     def total_average(self):
         """All events summed into one row with key "Total" (summed from the columns)."""
@@ -336,6 +387,12 @@ class profile:
         from opscope.export.stacks import write_stacks
 
         write_stacks(self.session, path, metric)
+
+    def export_report(self, path: str) -> None:
+        """Write the self-contained HTML report (overview, operators, flame graph, timeline...)."""
+        from opscope.report import write_report
+
+        write_report(self.session, path)
 
 
 def _distributed_info() -> Optional[Dict[str, Any]]:

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def no_hooks_left_installed():
-    """After every test: no opscope profiler active and no collector recording."""
+    """After every test: no opscope profiler active, no collector recording, no module hook."""
     yield
     from opscope import profiler
     from opscope.record_function import recording_collector
@@ -22,6 +22,9 @@ def no_hooks_left_installed():
     if _loaded is not None:
         assert not _loaded.is_recording(), "the native observer is still registered"
     _assert_no_memory_hooks_left()
+    from opscope.collect.module_hooks import installed_hooks
+
+    assert not installed_hooks(), "an opscope nn.Module forward hook is still registered"
 
 
 def _assert_no_memory_hooks_left():

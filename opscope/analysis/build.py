@@ -14,6 +14,7 @@ import os
 from opscope.analysis.aggregate import filtered_mask
 from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
 from opscope.analysis.stacks import event_stacks
+from opscope.analysis.flops import event_flops
 from opscope.analysis.tree import build_tree
 from opscope.model.events import EventTable
 from opscope.model.records import RawSession
@@ -21,7 +22,8 @@ from opscope.model.session import ProfileSession
 
 
 def build_session(raw: RawSession, **kwargs) -> ProfileSession:
-    """Drop torch's utility ops, sort, nest and compute self times.
+    """Drop torch's utility ops, sort, nest and compute self times (and FLOPs with
+    ``with_flops`` in ``options``).
 
     ``kwargs`` go to ProfileSession.
     """
@@ -42,4 +44,6 @@ def build_session(raw: RawSession, **kwargs) -> ProfileSession:
                              memory_owner=owner, event_memory=per_event, **kwargs)
     if session.stacks is None:
         session.stacks = event_stacks(table, raw.stack_table)
+    if session.options.get("with_flops") and session.flops is None:
+        session.flops = event_flops(table)
     return session

@@ -26,7 +26,10 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     t = session.table
     base = t.base_ns
     names = t.symbols.names
-    with_shapes = session.options.get("record_shapes", False)
+    # torch.profiler records shapes under with_flops too, and shows them
+    with_shapes = session.options.get("record_shapes", False) or \
+        session.options.get("with_flops", False)
+    flops = session.flops.tolist() if session.flops is not None else None
     stacks = session.stacks
     name_id = t.name_id.tolist()
     start = t.start_ns.tolist()
@@ -74,6 +77,7 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
             self_cpu_memory_usage=self_cpu_mem[i],
             device_memory_usage=dev_mem[i],
             self_device_memory_usage=self_dev_mem[i],
+            flops=flops[i] if flops is not None else None,
         ))
     for i, p in enumerate(parent):
         if p >= 0:

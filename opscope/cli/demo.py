@@ -3,7 +3,8 @@
 A tiny transformer block (attention plus MLP, from ``torch.nn``) trains on
 random data with SGD for ``--steps`` steps under
 ``schedule(wait=1, warmup=1, active=steps-2, repeat=1)``; the table is
-printed and the trace written as ``DIR/demo.pt.trace.json``.
+printed, the trace written as ``DIR/demo.pt.trace.json`` and the HTML report
+as ``DIR/demo.html``.
 
 Example::
 
@@ -21,7 +22,7 @@ from torch import nn
 import opscope
 from opscope.cli.options import ScheduleSpec, add_output_dir, prepare_output_dir
 from opscope.cli.profiling import make_schedule, start_profiler, warm_up_collector
-from opscope.cli.results import WindowWriter, print_summary, print_table
+from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
 
 SUMMARY = "profile a tiny built-in model training for a few steps"
 DEFAULT_STEPS = 5
@@ -57,8 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "demo", help=SUMMARY, allow_abbrev=False,
         description=f"{SUMMARY}: a tiny transformer block on random data with SGD, profiled "
                     f"with schedule(wait={WAIT}, warmup={WARMUP}, active=STEPS-2, repeat=1). "
-                    f"Prints the table and writes DIR/{STEM}.pt.trace.json.")
-    add_output_dir(parser, "the trace")
+                    f"Prints the table and writes DIR/{STEM}.pt.trace.json and the HTML report "
+                    f"DIR/{STEM}.html.")
+    add_output_dir(parser, "the trace and the report")
     parser.add_argument("--steps", metavar="N", type=_steps, default=DEFAULT_STEPS,
                         help=f"training steps, at least 3 (default: {DEFAULT_STEPS}); the first "
                              f"waits, the second warms up, the rest are recorded")
@@ -96,7 +98,8 @@ def train(steps: int, on_step) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the demo; return the exit status."""
     folder = prepare_output_dir(args.output_dir)
-    writer = WindowWriter(folder, args.output_dir, STEM, by_step=False)
+    writer = WindowWriter(folder, args.output_dir, STEM, by_step=False,
+                          outputs=OUTPUTS + [REPORT])
     spec = ScheduleSpec(WAIT, WARMUP, args.steps - WAIT - WARMUP, repeat=1)
     prof = opscope.profile(schedule=make_schedule(spec), on_trace_ready=writer,
                            record_shapes=True)

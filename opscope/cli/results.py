@@ -1,8 +1,8 @@
 """What a verb does with a profile: write each finished window's files, print the table.
 
-``OUTPUTS`` lists the files written per recorded window. The trace is the only
-one today; a new output (the HTML report, say) is one more entry here and
-every verb writes it.
+``OUTPUTS`` lists the files every verb writes per recorded window (the trace);
+``REPORT`` is the HTML report, which a verb adds with
+``WindowWriter(..., outputs=OUTPUTS + [REPORT])``.
 
 Example::
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List, NamedTuple
+from typing import Any, Callable, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
 
@@ -31,8 +31,10 @@ class Output(NamedTuple):
 OUTPUTS: List[Output] = [
     Output("trace", ".pt.trace.json", lambda prof, path: prof.export_chrome_trace(path),
            "open it in https://ui.perfetto.dev or chrome://tracing"),
-    # The HTML report goes here: Output("report", ".html", <writer>, "open it in a browser").
 ]
+# The HTML report: ``opscope demo`` always writes it, ``opscope run`` with --report.
+REPORT = Output("report", ".html", lambda prof, path: prof.export_report(path),
+                "open it in a browser")
 
 
 class WindowWriter:
@@ -49,8 +51,10 @@ class WindowWriter:
     'train.step7.pt.trace.json'
     """
 
-    def __init__(self, folder: str, shown_folder: str, stem: str, *, by_step: bool):
+    def __init__(self, folder: str, shown_folder: str, stem: str, *, by_step: bool,
+                 outputs: Optional[List[Output]] = None):
         self.folder = folder
+        self.outputs = list(OUTPUTS if outputs is None else outputs)
         self.shown_folder = shown_folder
         self.stem = stem
         self.by_step = by_step
@@ -65,7 +69,7 @@ class WindowWriter:
 
     def __call__(self, prof: Any) -> None:
         step = prof.step_num if self.stopping else prof.step_num - 1
-        for output in OUTPUTS:
+        for output in self.outputs:
             name = self.file_name(step, output)
             try:
                 with progress(f"writing {name}"):

@@ -1,7 +1,9 @@
 """Build and load the native observer (observer.cpp) against the installed torch.
 
 The build is cached per torch version and source hash, in ``$OPSCOPE_CACHE_DIR``
-or ``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``).
+or ``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``). Another C++
+source (the execution-trace observer, et_observer.cpp) is built and cached the
+same way through a ``NativeExtension``.
 
 Example::
 
@@ -39,9 +41,14 @@ def cache_dir() -> Path:
 
 def build_key() -> str:
     """Identifies one build: the torch version plus a hash of the source."""
+    return source_build_key(SOURCE)
+
+
+def source_build_key(source: Path) -> str:
+    """``build_key()`` for any C++ source: torch version plus that source's hash."""
     import torch
 
-    digest = hashlib.sha256(SOURCE.read_bytes() + BUILD_FLAGS_TAG).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes() + BUILD_FLAGS_TAG).hexdigest()[:12]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
     return f"torch{torch_tag}_{digest}"
 
@@ -74,7 +81,7 @@ def load_native() -> Optional[Any]:
         return _loaded
 
 
-def _build() -> Any:
+def _build(source: Path = SOURCE, module_prefix: str = "opscope_observer") -> Any:
     if os.environ.get("OPSCOPE_FORCE_BUILD_FAILURE"):
         raise RuntimeError("build disabled by OPSCOPE_FORCE_BUILD_FAILURE")
     import shutil
@@ -89,13 +96,58 @@ def _build() -> Any:
             raise RuntimeError("ninja is not installed (pip install ninja)") from None
     from torch.utils import cpp_extension
 
-    key = build_key()
+    key = source_build_key(source)
     build_dir = cache_dir() / key
     build_dir.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=f"opscope_observer_{key.rsplit('_', 1)[-1]}",
-        sources=[str(SOURCE)],
+        name=f"{module_prefix}_{key.rsplit('_', 1)[-1]}",
+        sources=[str(source)],
         build_directory=str(build_dir),
         extra_cflags=["-O2", "-DNDEBUG"],
         verbose=False,
     )
+
+
+class NativeExtension:
+    """Another C++ source, built on first use and cached like observer.cpp.
+
+    ``load()`` returns the module, or None when the build fails; the failure
+    prints one line to stderr, once per process, ending with ``consequence``.
+
+    >>> from pathlib import Path
+    >>> ext = NativeExtension(Path("et_observer.cpp"), "opscope_et_observer",
+    ...                       "execution trace observer", "it cannot record")
+    >>> ext.failure_reason() is None
+    True
+    """
+
+    def __init__(self, source: Path, module_prefix: str, what: str, consequence: str):
+        self.source = Path(source)
+        self.module_prefix = module_prefix
+        self.what = what
+        self.consequence = consequence
+        self._lock = threading.Lock()
+        self._loaded: Optional[Any] = None
+        self._failure: Optional[str] = None
+
+    def build_key(self) -> str:
+        """The cache sub-folder of this source's build."""
+        return source_build_key(self.source)
+
+    def failure_reason(self) -> Optional[str]:
+        """Why the extension is unavailable, or None (loaded, or not tried yet)."""
+        return self._failure
+
+    def load(self) -> Optional[Any]:
+        """Compile (first use only) and import the extension; None if that fails."""
+        with self._lock:
+            if self._loaded is not None or self._failure is not None:
+                return self._loaded
+            try:
+                self._loaded = _build(self.source, self.module_prefix)
+            except Exception as exc:  # any build or import error: report, return None
+                reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+                self._failure = reason
+                print(f"opscope: {self.what} unavailable ({reason}); {self.consequence}",
+                      file=sys.stderr)
+            return self._loaded

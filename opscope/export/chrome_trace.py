@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -256,6 +256,7 @@ def _write_events(session: ProfileSession, base_ns: int, out: _LineWriter) -> No
     dur = (dur_ns // 1000).tolist(), (dur_ns % 1000).tolist()
     tids = table.os_tid.tolist()
     _write_ops(session, pid, tids, ts, dur, out)
+    _write_marks(session, pid, shift, out)
 
     flow = ('{"ph": "%s", "id": %d, "pid": %d, "tid": %d, "ts": %d.%03d, '
             '"cat": "fwdbwd", "name": "fwdbwd"%s}')
@@ -294,6 +295,9 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
     extra = (table.input_offset != NO_INPUTS) & (table.raw is not None)
     if session.stacks is not None:
         extra |= np.fromiter((bool(st) for st in session.stacks), bool, len(table))
+    module_args = _module_and_flops_args(session)
+    if module_args is not None:
+        extra |= np.fromiter((bool(a) for a in module_args), bool, len(table))
     prefix = '{"ph": "X", %%s, "pid": %d, "tid": %%d, "ts": %%d.%%03d, "dur": %%d.%%03d, ' % pid
     with_seq = prefix + ('"args": {"External id": %d, "Sequence number": %d, '
                          '"Fwd thread id": %d, "Record function id": 0, "Ev Idx": %d}}')
@@ -309,7 +313,7 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
     for i, head, tid, tq, tr, dq, dr, seq, fwd, slow in rows:
         if slow:
             append(_op_line_with_extras(session, i, prefix % (head, tid, tq, tr, dq, dr), seq, fwd,
-                                        input_args))
+                                        input_args, module_args))
         elif seq >= 0:
             append(with_seq % (head, tid, tq, tr, dq, dr, i + 1, seq, fwd, i))
         else:
@@ -347,6 +351,48 @@ def _write_memory(session: ProfileSession, pid: int, shift: int, out: _LineWrite
     out.extend(chunk)
 
 
+def _write_marks(session: ProfileSession, pid: int, shift: int, out: _LineWriter) -> None:
+    """One thread-scoped instant event (``"ph": "i", "s": "t"``) per ``opscope.itt.mark``.
+
+    ``cpu_instant_event`` is the category Kineto gives CPU instant events.
+    """
+    for ns, tid, name in session.marks:
+        out.add('{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": %s, "pid": %d, '
+                '"tid": %d, "ts": %s}' % (json.dumps(name), pid, tid, _us(ns + shift)))
+
+
+def _module_and_flops_args(session: ProfileSession) -> Optional[List[str]]:
+    """Per event, its rendered module and FLOP args ('' when none); None when neither.
+
+    An op gets ``"Module Hierarchy"`` (``Model.encoder.0``) and, with a non-zero
+    estimate, ``"flops"``. A module range (``with_modules``) is marked by
+    ``"Module Class"``, ``"Module Path"``, ``"Module Hierarchy"`` and
+    ``"Module Parameters"`` (see ``opscope.model.modules``).
+    """
+    if session.modules is None and session.flops is None:
+        return None
+    n = len(session.table)
+    out = [""] * n
+    if session.modules is not None:
+        from opscope.analysis.modules import module_hierarchy, module_mask
+
+        hierarchy = module_hierarchy(session)
+        rendered: Dict[str, str] = {}
+        for i, text in enumerate(hierarchy):
+            if text:
+                if text not in rendered:
+                    rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
+                out[i] = rendered[text]
+        for i in np.flatnonzero(module_mask(session)).tolist():
+            info = session.modules[session.table.name(i)]
+            out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
+                             for k, v in info.trace_args().items())
+    if session.flops is not None:
+        for i in np.flatnonzero(session.flops > 0).tolist():
+            out[i] += '"flops": %d, ' % int(session.flops[i])
+    return out
+
+
 def _input_args_by_event(table) -> List[str]:
     """Per event, its rendered input args ('' when none); each distinct signature once."""
     sig, decoded = table.input_signatures()
@@ -360,12 +406,14 @@ def _input_args_by_event(table) -> List[str]:
 
 
 def _op_line_with_extras(session: ProfileSession, i: int, line: str, seq: int, fwd: int,
-                         input_args: List[str]) -> str:
+                         input_args: List[str], module_args: Optional[List[str]] = None) -> str:
     """Finish the ``X`` line of a row that has recorded inputs or a Python stack."""
     line += '"args": {"External id": %d, ' % (i + 1)
     if seq >= 0:
         line += '"Sequence number": %d, "Fwd thread id": %d, ' % (seq, fwd)
     line += '"Record function id": 0, ' + input_args[i]
+    if module_args is not None:
+        line += module_args[i]
     stack = session.stacks[i] if session.stacks is not None else None
     if stack:
         # torch: innermost frame first, each frame followed by ';'

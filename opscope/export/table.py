@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 US_PER_UNIT = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}
 BYTES_PER_UNIT = (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024))
 FLOPS_HEADERS = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
+FLOP_RATE_UNITS = ("FLOP/s", "KFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s")
 DEVICE_ALIASES = ("cuda", "xpu", "privateuse1")
 # Device types whose own rows hold kernel time (torch counts only those in the total).
 DEVICE_KINDS = ("CUDA", "PrivateUse1", "MTIA", "XPU")
@@ -119,13 +120,37 @@ def _trim_path(path: str, width: int) -> str:
     return path
 
 
-def _flops_scale(events) -> Optional[Tuple[float, str]]:
-    """(multiplier, header) picked from the smallest positive FLOP count, or None."""
-    positive = [_attr(e, "flops") for e in events if _attr(e, "flops") > 0]
+def flops_scale(values, units: Sequence[str] = FLOPS_HEADERS) -> Optional[Tuple[float, str]]:
+    """(multiplier, unit) for FLOP counts, picked as torch does from the smallest positive.
+
+    >>> flops_scale([2_500, 5_000_000, 0])
+    (0.001, 'KFLOPs')
+    >>> flops_scale([3e9], FLOP_RATE_UNITS), flops_scale([0])
+    ((1e-09, 'GFLOP/s'), None)
+    """
+    positive = [v for v in values if v > 0]
     if not positive:
         return None
-    level = int(max(0.0, min(math.log10(min(positive)) / 3, len(FLOPS_HEADERS) - 1.0)))
-    return pow(10, level * -3.0), f"Total {FLOPS_HEADERS[level]}"
+    level = int(max(0.0, min(math.log10(min(positive)) / 3, len(units) - 1.0)))
+    return pow(10, level * -3.0), units[level]
+
+
+def flop_rate(evt) -> float:
+    """Achieved FLOP/s of a row: its FLOPs over its CPU total time (0 without either).
+
+    >>> from opscope.model.function_event import FunctionEventAvg
+    >>> flop_rate(FunctionEventAvg("aten::mm", cpu_time_total=2.0, flops=4_000))
+    2000000000.0
+    """
+    seconds = _attr(evt, "cpu_time_total") / US_PER_UNIT["s"]
+    count = _attr(evt, "flops")
+    return count / seconds if count > 0 and seconds > 0 else 0.0
+
+
+def _flops_scale(events) -> Optional[Tuple[float, str]]:
+    """(multiplier, header) picked from the smallest positive FLOP count, or None."""
+    scale = flops_scale([_attr(e, "flops") for e in events])
+    return None if scale is None else (scale[0], f"Total {scale[1]}")
 
 
 def _device_average(evt) -> float:
@@ -169,7 +194,7 @@ class _Layout:
 def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75,
                  max_name_column_width=55, max_shapes_column_width=80, header=None,
                  top_level_events_only=False, time_unit=None, profile_memory=False,
-                 with_flops=False, with_overload_name=False) -> str:
+                 with_flops=False, with_overload_name=False, flop_rate_column=False) -> str:
     """Render rows as torch.profiler's summary table.
 
     Rows are sorted descending by ``sort_by`` (see ``valid_sort_keys``; ``cuda``, ``xpu``
@@ -178,6 +203,8 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
     self CPU time of every row passed in. Optional columns appear when the rows carry
     the data: device times, input shapes, source stacks, overload names
     (``with_overload_name``), memory (``profile_memory``) and FLOPs (``with_flops``).
+    ``flop_rate_column`` (opscope's, not torch's) adds achieved FLOP/s per row after
+    ``# of Calls`` when FLOPs are shown.
 
     >>> from opscope.model.function_event import FunctionEventAvg
     >>> rows = [FunctionEventAvg("a", count=1, cpu_time_total=1.0, self_cpu_time_total=1.0)]
@@ -208,6 +235,8 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
     stacks = [e.stack for e in events if e.stack]
     show_node_id = any(_attr(e, "node_id", -1) != -1 for e in events)
     flops = _flops_scale(events) if with_flops else None
+    rates = flops_scale([flop_rate(e) for e in events], FLOP_RATE_UNITS) \
+        if flops is not None and flop_rate_column else None
     device = use_device.upper() if use_device else "None"
 
     name_width = _cap(max(len(str(e.key)) for e in events) + 4, max_name_column_width)
@@ -229,6 +258,8 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
     layout.add("# of Calls")
     if show_node_id:
         layout.add("Node ID")
+    if rates is not None:
+        layout.add(rates[1])
     if show_shapes:
         shapes_width = max(len(str(e.input_shapes)) for e in events) + 4
         shapes_width = _cap(shapes_width, max_shapes_column_width)
@@ -281,6 +312,9 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
         cells.append(evt.count)
         if show_node_id:
             cells.append(evt.node_id)
+        if rates is not None:
+            rate = flop_rate(evt)
+            cells.append("--" if rate <= 0 else f"{rate * rates[0]:8.3f}")
         if show_shapes:
             cells.append(str(evt.input_shapes)[:shapes_width])
         # torch fills the FLOPs cell before the source cell although the headers put

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.events import EventTable
+from opscope.model.modules import ModuleCall, ModuleInfo
 from opscope.model.records import RawSession  # noqa: F401  (doctest)
 
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
@@ -55,3 +56,13 @@ class ProfileSession:
     event_memory: Optional[Dict[str, np.ndarray]] = None
     # Tensors seen in known roles (model.memory.SIGHTING_DTYPE), for categories.
     memory_sightings: Optional[np.ndarray] = None
+    # opscope.itt.mark() calls while recording: (collector-clock ns, OS thread id, message)
+    marks: List[Tuple[int, int, str]] = field(default_factory=list)
+    # with_flops: per event (table order) FLOP estimate, int64, 0 where none
+    # (opscope.analysis.flops.event_flops). None: FLOPs were not estimated.
+    flops: Optional[np.ndarray] = None
+    # with_modules: module range name -> ModuleInfo; a user range whose name is a key
+    # here is a module forward call (see opscope.model.modules). None: not recorded.
+    modules: Optional[Dict[str, ModuleInfo]] = None
+    # with_modules: every forward call with its autograd sequence numbers, call order
+    module_calls: List[ModuleCall] = field(default_factory=list)

@@ -1,0 +1,326 @@
+"""Module view of a session recorded with ``with_modules=True``.
+
+Three questions, answered over the event table:
+
+- *Which events are module ranges?* :func:`module_mask` (user ranges whose name is
+  a key of ``session.modules``; see ``opscope.model.modules`` for the naming).
+- *Which module call does each event belong to?* :func:`event_modules`. A forward
+  op belongs to the innermost module range around it. A backward op belongs to the
+  module whose forward created its autograd node: the node's sequence number is
+  matched with the forward op that had the same number on the forward thread (the
+  last such op to start, which is the one that created the node). When the
+  collector recorded no forward sequence numbers (the Python collector), the
+  number is looked up in the sequence-number intervals of the module calls
+  (``session.module_calls``). Module backward hooks are not used.
+- *How do modules compare?* :func:`module_rows`: one :class:`ModuleRow` per module,
+  as a tree of call paths (a module called from two places is two rows), with
+  forward and backward time, their sum, self time, calls, parameters, FLOPs and,
+  when the session has per-event memory, memory.
+
+Example::
+
+    >>> import sys; sys.path.insert(0, "tests")
+    >>> from synthetic import Op, SCOPE_USER, make_session
+    >>> from opscope.model.modules import ModuleInfo
+    >>> s = make_session([Op("Net", 0, 100, scope=SCOPE_USER),
+    ...                   Op("fc (Linear)", 10, 60, scope=SCOPE_USER),
+    ...                   Op("aten::addmm", 20, 50)])
+    >>> s.modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
+    ...              "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
+    >>> module_hierarchy(s)
+    ['Net', 'Net.fc', 'Net.fc']
+    >>> [(r.key, r.depth, r.forward_time_total, r.self_cpu_time_total) for r in module_rows(s)]
+    [('Net', 0, 100.0, 50.0), ('fc (Linear)', 1, 50.0, 50.0)]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
+from opscope.analysis.flops import EVALUATE_PREFIX
+from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER
+from opscope.model.session import ProfileSession
+
+
+def module_mask(session: ProfileSession) -> np.ndarray:
+    """True for the events that are module ranges."""
+    table = session.table
+    if not session.modules or len(table) == 0:
+        return np.zeros(len(table), dtype=bool)
+    ids = [table.symbols.id_of(name) for name in session.modules]
+    ids = [i for i in ids if i is not None]
+    return (table.scope == SCOPE_USER) & np.isin(table.name_id, ids)
+
+
+def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:
+    """MEMORY HOOK: per-event self CPU memory in bytes, or None when not recorded.
+
+    The module view sums this per module (``cpu_memory_usage`` inclusive,
+    ``self_cpu_memory_usage`` direct). It reads ``session.self_cpu_memory``
+    (an int64 array aligned with the table) when memory profiling provides it.
+    """
+    memory = getattr(session, "self_cpu_memory", None)
+    if memory is None or len(memory) != len(session.table):
+        return None
+    return np.asarray(memory, dtype=np.int64)
+
+
+def _backward_marks(session: ProfileSession) -> Tuple[np.ndarray, np.ndarray]:
+    """(backward nodes, evaluate_function wrappers) masks."""
+    table = session.table
+    wrapper_ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(EVALUATE_PREFIX)]
+    nodes = table.scope == SCOPE_BACKWARD_FUNCTION
+    return nodes, np.isin(table.name_id, wrapper_ids) & ~nodes
+
+
+def event_modules(session: ProfileSession) -> np.ndarray:
+    """Per event, the row of the module range (one call) it belongs to; -1 for none.
+
+    A module range belongs to itself.
+    """
+    table = session.table
+    is_module = module_mask(session)
+    if not is_module.any():
+        return np.full(len(table), -1, dtype=np.int64)
+    owner = nearest_marked(table.parent, is_module)
+    nodes, wrappers = _backward_marks(session)
+    node_rows = np.flatnonzero(nodes & (table.seq_nr >= 0))
+    if len(node_rows) == 0:
+        return owner
+    node_owner = _link_nodes_by_forward_op(session, owner, node_rows)
+    missing = node_owner < 0
+    if missing.any():
+        node_owner[missing] = _link_nodes_by_call_intervals(session, is_module,
+                                                            node_rows[missing])
+    region_owner = np.full(len(table), -1, dtype=np.int64)
+    region_owner[node_rows] = node_owner
+    # a wrapper belongs where its node does
+    node_parent = table.parent[node_rows]
+    wrapped = (node_parent >= 0) & wrappers[np.maximum(node_parent, 0)]
+    region_owner[node_parent[wrapped]] = node_owner[wrapped]
+    region = nearest_marked(table.parent, nodes | wrappers)
+    inside = region >= 0
+    attributed = np.zeros(len(table), dtype=bool)
+    attributed[inside] = region_owner[region[inside]] >= 0
+    owner[attributed] = region_owner[region[attributed]]
+    return owner
+
+
+def _link_nodes_by_forward_op(session: ProfileSession, owner: np.ndarray,
+                              node_rows: np.ndarray) -> np.ndarray:
+    table = session.table
+    fwd = np.flatnonzero((table.scope == SCOPE_FUNCTION) & (table.seq_nr >= 0)
+                         & (table.fwd_thread_id == 0))
+    # table order is start order: later rows overwrite, so each key keeps its last op
+    creator = dict(zip(zip(table.rf_thread_id[fwd].tolist(), table.seq_nr[fwd].tolist()),
+                       fwd.tolist()))
+    out = np.full(len(node_rows), -1, dtype=np.int64)
+    keys = zip(table.fwd_thread_id[node_rows].tolist(), table.seq_nr[node_rows].tolist())
+    for k, key in enumerate(keys):
+        f = creator.get(key)
+        if f is not None:
+            out[k] = owner[f]
+    return out
+
+
+def _link_nodes_by_call_intervals(session: ProfileSession, is_module: np.ndarray,
+                                  node_rows: np.ndarray) -> np.ndarray:
+    """Owner module rows of backward nodes from the calls' sequence-number intervals."""
+    table = session.table
+    out = np.full(len(node_rows), -1, dtype=np.int64)
+    calls = _calls_by_row(session, is_module)
+    if not calls:
+        return out
+    call_parent = nearest_marked_ancestor(table.parent, is_module)
+    by_thread: Dict[int, List[Tuple[int, int, int]]] = defaultdict(list)
+    for row, (begin, end) in calls.items():
+        by_thread[int(table.rf_thread_id[row])].append((begin, -end, row))
+    index = {}
+    for thread, items in by_thread.items():
+        items.sort()
+        index[thread] = (np.array([b for b, _, _ in items]), [r for _, _, r in items])
+    for k, node in enumerate(node_rows.tolist()):
+        thread = int(table.fwd_thread_id[node]) or int(table.rf_thread_id[node])
+        if thread not in index:
+            continue
+        begins, rows = index[thread]
+        seq = int(table.seq_nr[node])
+        pos = int(np.searchsorted(begins, seq, side="right")) - 1
+        row = rows[pos] if pos >= 0 else -1
+        while row >= 0:  # walk out from the latest call started before seq
+            begin, end = calls.get(row, (0, -1))
+            if begin <= seq < end:
+                out[k] = row
+                break
+            row = int(call_parent[row])
+    return out
+
+
+def _calls_by_row(session: ProfileSession, is_module: np.ndarray) -> Dict[int, Tuple[int, int]]:
+    """Module range row -> (seq_begin, seq_end); calls matched by thread, name and order."""
+    table = session.table
+    pending: Dict[Tuple[int, str], List] = defaultdict(list)
+    for call in reversed(session.module_calls):
+        pending[(call.os_tid, call.name)].append(call)
+    out: Dict[int, Tuple[int, int]] = {}
+    tids = table.os_tid
+    for row in np.flatnonzero(is_module).tolist():
+        queue = pending.get((int(tids[row]), table.name(row)))
+        if queue:
+            call = queue.pop()
+            if call.seq_begin >= 0:
+                end = call.seq_end if call.seq_end >= 0 else np.iinfo(np.int64).max
+                out[row] = (call.seq_begin, int(end))
+    return out
+
+
+def module_hierarchy(session: ProfileSession) -> List[str]:
+    """Per event, the ``Module Hierarchy`` of its module (``Model.encoder.0``), or ''."""
+    owner = event_modules(session)
+    if not session.modules:
+        return [""] * len(owner)
+    table = session.table
+    by_id = {table.symbols.id_of(name): info.hierarchy for name, info in session.modules.items()}
+    names = table.name_id
+    return ["" if o < 0 else by_id.get(int(names[o]), "") for o in owner.tolist()]
+
+
+@dataclass
+class ModuleRow:
+    """One module (one call path) of the module view; times in microseconds.
+
+    ``cpu_time_total`` is forward + backward time; ``self_cpu_time_total`` is that
+    minus the children's. ``flops`` and memory include the children's.
+    ``parent`` is the index of the parent row in the list (-1 for a root).
+    """
+
+    key: str
+    hierarchy: str
+    class_name: str
+    depth: int
+    parent: int
+    count: int = 0
+    parameters: int = 0
+    forward_time_total: float = 0.0
+    backward_time_total: float = 0.0
+    self_forward_time_total: float = 0.0
+    self_backward_time_total: float = 0.0
+    flops: int = 0
+    cpu_memory_usage: Optional[int] = None
+    self_cpu_memory_usage: Optional[int] = None
+    children: List[int] = field(default_factory=list)
+
+    @property
+    def cpu_time_total(self) -> float:
+        return self.forward_time_total + self.backward_time_total
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return self.self_forward_time_total + self.self_backward_time_total
+
+    @property
+    def cpu_time(self) -> float:
+        """Average forward + backward time per call."""
+        return self.cpu_time_total / self.count if self.count else 0.0
+
+
+def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
+                memory: Optional[np.ndarray] = None) -> List[ModuleRow]:
+    """The module tree, one row per call path, parents before children (depth first).
+
+    ``flops`` defaults to ``session.flops`` and ``memory`` to
+    :func:`event_memory_bytes`; both are per-event arrays aligned with the table.
+    """
+    table = session.table
+    is_module = module_mask(session)
+    rows_idx = np.flatnonzero(is_module)
+    if len(rows_idx) == 0:
+        return []
+    flops = session.flops if flops is None else flops
+    memory = event_memory_bytes(session) if memory is None else memory
+    owner = event_modules(session)
+    call_parent = nearest_marked_ancestor(table.parent, is_module)
+
+    # call path of each module range row -> group
+    group_of: Dict[int, int] = {}
+    groups: List[ModuleRow] = []
+    paths: Dict[Tuple[int, int], int] = {}  # (parent group, name id) -> group
+    infos = session.modules
+    dur_us = table.duration_ns / 1000.0
+    for row in rows_idx.tolist():  # table order: a parent call before its children
+        parent_group = group_of.get(int(call_parent[row]), -1)
+        key = (parent_group, int(table.name_id[row]))
+        g = paths.get(key)
+        if g is None:
+            name = table.name(row)
+            info = infos.get(name)
+            depth = groups[parent_group].depth + 1 if parent_group >= 0 else 0
+            g = paths[key] = len(groups)
+            groups.append(ModuleRow(name, info.hierarchy if info else name,
+                                    info.class_name if info else "", depth, parent_group,
+                                    parameters=info.parameters if info else 0))
+            if parent_group >= 0:
+                groups[parent_group].children.append(g)
+        group_of[row] = g
+        groups[g].count += 1
+        groups[g].forward_time_total += float(dur_us[row])
+
+    n_groups = len(groups)
+    event_group = np.full(len(table), -1, dtype=np.int64)
+    has_owner = owner >= 0
+    lookup = np.full(len(table), -1, dtype=np.int64)
+    lookup[list(group_of)] = list(group_of.values())
+    event_group[has_owner] = lookup[owner[has_owner]]
+    attributed = event_group >= 0
+
+    def direct_sums(weights: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        keep = attributed & mask
+        return np.bincount(event_group[keep], weights=weights[keep], minlength=n_groups)
+
+    nodes, wrappers = _backward_marks(session)
+    marked = nodes | wrappers
+    outermost = marked & (nearest_marked_ancestor(table.parent, marked) < 0)
+    backward_direct = direct_sums(dur_us, outermost)
+    flops_direct = (direct_sums(flops.astype(np.float64), np.ones(len(table), bool))
+                    if flops is not None else np.zeros(n_groups))
+    memory_direct = (direct_sums(memory.astype(np.float64), np.ones(len(table), bool))
+                     if memory is not None else None)
+
+    for g in reversed(range(n_groups)):  # children have larger indices than parents
+        row = groups[g]
+        row.self_backward_time_total = float(backward_direct[g])
+        row.backward_time_total += row.self_backward_time_total
+        row.flops += int(flops_direct[g])
+        if memory_direct is not None:
+            row.self_cpu_memory_usage = int(memory_direct[g])
+            row.cpu_memory_usage = (row.cpu_memory_usage or 0) + row.self_cpu_memory_usage
+        child_forward = sum(groups[c].forward_time_total for c in row.children)
+        row.self_forward_time_total = row.forward_time_total - child_forward
+        if row.parent >= 0:
+            up = groups[row.parent]
+            up.backward_time_total += row.backward_time_total
+            up.flops += row.flops
+            if memory_direct is not None:
+                up.cpu_memory_usage = (up.cpu_memory_usage or 0) + (row.cpu_memory_usage or 0)
+    return _depth_first(groups)
+
+
+def _depth_first(groups: List[ModuleRow]) -> List[ModuleRow]:
+    """Rows reordered parents-first, each subtree contiguous; indices remapped."""
+    order: List[int] = []
+    stack = [g for g in range(len(groups)) if groups[g].parent < 0][::-1]
+    while stack:
+        g = stack.pop()
+        order.append(g)
+        stack.extend(reversed(groups[g].children))
+    new_index = {old: new for new, old in enumerate(order)}
+    out = [groups[g] for g in order]
+    for row in out:
+        row.parent = new_index.get(row.parent, -1)
+        row.children = [new_index[c] for c in row.children]
+    return out

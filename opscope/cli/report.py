@@ -1,0 +1,87 @@
+"""``opscope report TRACE [-o report.html]``: the HTML report of a saved trace.
+
+TRACE is a trace written by opscope or torch.profiler (``.json`` or
+``.json.gz``), or a folder written by ``tensorboard_trace_handler`` (its
+newest trace is used). The report is one self-contained HTML file.
+
+Example::
+
+    $ opscope report out/demo.pt.trace.json -o demo.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from opscope.cli.errors import UsageError
+from opscope.cli.progress import progress
+
+SUMMARY = "write the HTML report of a saved trace (opscope or torch.profiler)"
+DESCRIPTION = """\
+Load TRACE (a .json or .json.gz trace written by opscope or torch.profiler, or
+a folder written by tensorboard_trace_handler, whose newest trace is used) and
+write one self-contained HTML file: step overview, operators, modules, flame
+graph, timeline, memory and recommendations. It opens offline in any browser."""
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``report`` verb."""
+    parser = subparsers.add_parser("report", help=SUMMARY, description=DESCRIPTION,
+                                   allow_abbrev=False)
+    parser.add_argument("trace", metavar="TRACE", help="trace file or trace folder")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE",
+        help="the HTML file to write, or a folder to write it in (default: beside the "
+             "trace, named like it with .html, e.g. demo.pt.trace.json -> demo.html)")
+    parser.add_argument("--title", help="title shown in the report (default: the trace's path)")
+    parser.set_defaults(handler=main)
+
+
+def default_report_name(trace_file: str) -> str:
+    """``demo.pt.trace.json.gz`` -> ``demo.html``.
+
+    >>> default_report_name("/x/w.123.pt.trace.json"), default_report_name("t.json.gz")
+    ('w.123.html', 't.html')
+    """
+    name = os.path.basename(trace_file)
+    for suffix in TRACE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)] + ".html"
+    return name + ".html"
+
+
+def output_path(output: str, trace_file: str) -> str:
+    """Where the report goes: ``output``, a file in the folder ``output``, or beside the trace."""
+    if not output:
+        return os.path.join(os.path.dirname(trace_file), default_report_name(trace_file))
+    if os.path.isdir(output):
+        return os.path.join(output, default_report_name(trace_file))
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise UsageError(f"argument -o/--output: the folder {folder!r} does not exist")
+    return output
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load the trace and write its report; return the exit status."""
+    from opscope.model.trace_loader import TraceLoadError, load_session, resolve_trace_path
+    from opscope.report import write_report
+
+    try:
+        trace_file = resolve_trace_path(args.trace)
+        target = output_path(args.output, trace_file)
+        with progress(f"loading {trace_file}"):
+            session = load_session(trace_file)
+    except TraceLoadError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        with progress(f"writing {target}"):
+            write_report(session, target, title=args.title or trace_file)
+    except OSError as exc:
+        raise UsageError(f"argument -o/--output: cannot write {target!r} "
+                         f"({exc.strerror or exc})") from None
+    print(f"opscope: wrote report {target} (open it in a browser)", file=sys.stderr)
+    return 0

@@ -1,0 +1,161 @@
+"""``opscope trigger PID [PID...] --steps N -o DIR``: profile a running process's next steps.
+
+The process must have on-demand profiling enabled (``OPSCOPE_ON_DEMAND=1``,
+``opscope.enable_on_demand()`` or ``python -m opscope.on_demand``). The
+trigger leaves a request in the control folder, signals the process, waits
+until the trace is written and prints its path. Several PIDs (one per
+distributed rank, say) are triggered together.
+
+Example::
+
+    $ opscope trigger 4242 --steps 5 -o traces/
+    traces/host_4242.1718000000000000000.pt.trace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Dict, List, Tuple
+
+from opscope.cli.errors import UsageError, print_error
+from opscope.cli.options import add_output_dir, prepare_output_dir
+from opscope.cli.profiling import add_profile_flags, profile_kwargs
+
+SUMMARY = "profile the next optimizer steps of a running process (on-demand)"
+DESCRIPTION = """\
+Ask a running process that has on-demand profiling enabled (started with
+OPSCOPE_ON_DEMAND=1, through 'python -m opscope.on_demand SCRIPT', or calling
+opscope.enable_on_demand()) to profile its next N optimizer steps. The process
+writes DIR/<host>_<pid>.<time_ns>.pt.trace.json and goes back to running
+unprofiled; this command waits for the file and prints its path. The request
+travels as a file in a private folder plus a signal; no network port is used."""
+DEFAULT_STEPS = 10
+DEFAULT_TIMEOUT_S = 300.0
+POLL_S = 0.05
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``trigger`` verb."""
+    parser = subparsers.add_parser("trigger", help=SUMMARY, description=DESCRIPTION,
+                                   usage="opscope trigger [options] PID [PID ...]",
+                                   allow_abbrev=False)
+    parser.add_argument("pids", metavar="PID", nargs="+", type=_positive_int,
+                        help="process id of the training process (several: each is triggered)")
+    parser.add_argument("--steps", metavar="N", type=_positive_int, default=DEFAULT_STEPS,
+                        help=f"optimizer steps to profile (default: {DEFAULT_STEPS})")
+    add_output_dir(parser, "the traces (written by the profiled process)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=_timeout, default=DEFAULT_TIMEOUT_S,
+                        help=f"give up waiting for the trace after this long (default: "
+                             f"{DEFAULT_TIMEOUT_S:g}); 0 sends the request and returns at once")
+    parser.add_argument("--gzip", action="store_true", help="write the trace gzip-compressed")
+    add_profile_flags(parser)
+    parser.set_defaults(handler=main)
+
+
+def _check_target(pid: int) -> int:
+    """The signal ``pid`` listens on; UsageError when it cannot be triggered."""
+    from opscope.on_demand import control
+
+    if pid == os.getpid():
+        raise UsageError(f"argument PID: {pid} is this trigger process itself")
+    if not control.process_exists(pid):
+        raise UsageError(f"argument PID: no process with id {pid}")
+    try:
+        registration = control.read_registration(pid)
+    except PermissionError as exc:
+        raise UsageError(str(exc)) from None
+    if registration is None:
+        raise UsageError(f"argument PID: process {pid} is not enabled for on-demand profiling "
+                         f"(start it with OPSCOPE_ON_DEMAND=1 and import opscope, through "
+                         f"'python -m opscope.on_demand SCRIPT', or call "
+                         f"opscope.enable_on_demand() in it)")
+    return int(registration["signal"])
+
+
+def main(args: argparse.Namespace) -> int:
+    """Send the requests, wait for the traces; 0 when every trace was written."""
+    from opscope.on_demand import control
+
+    targets = [(pid, _check_target(pid)) for pid in dict.fromkeys(args.pids)]
+    folder = prepare_output_dir(args.output_dir)
+    sent: List[Tuple[int, str]] = []
+    for pid, signal_number in targets:
+        request = control.new_request(args.steps, folder, options=profile_kwargs(args),
+                                      gzip=args.gzip)
+        control.write_request(pid, request)
+        try:
+            os.kill(pid, signal_number)
+        except OSError as exc:
+            control.withdraw_request(pid, request["id"])
+            raise UsageError(f"argument PID: cannot signal process {pid} "
+                             f"({exc.strerror or exc})") from None
+        sent.append((pid, request["id"]))
+    if args.timeout == 0:
+        for pid, _ in sent:
+            print(f"opscope: requested {args.steps} steps from process {pid}", file=sys.stderr)
+        return 0
+    return _wait(sent, args.timeout, args.steps)
+
+
+def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
+    from opscope.on_demand import control
+
+    deadline = time.monotonic() + timeout
+    waiting: Dict[int, str] = dict(sent)
+    status = 0
+    while waiting:
+        for pid, request_id in list(waiting.items()):
+            result = control.take_result(pid, request_id)
+            if result is None and control.process_exists(pid):
+                continue
+            del waiting[pid]
+            if result is None:
+                result = control.take_result(pid, request_id)  # written just before exiting?
+            status |= _report(pid, result)
+        if waiting and time.monotonic() >= deadline:
+            for pid, request_id in waiting.items():
+                picked_up = not control.withdraw_request(pid, request_id)
+                why = (f"it took the request but has not finished {steps} optimizer steps"
+                       if picked_up else "it did not take the request (is it stuck outside "
+                                         "Python code, or is its main thread blocked?)")
+                print_error(f"process {pid}: no trace after {timeout:g} s: {why}")
+            return 1
+        if waiting:
+            time.sleep(POLL_S)
+    return status
+
+
+def _report(pid: int, result) -> int:
+    if result is None:
+        print_error(f"process {pid} exited before writing a trace")
+        return 1
+    if result.get("status") != "ok":
+        print_error(f"process {pid}: {result.get('message', 'unknown error')}")
+        return 1
+    if result.get("note"):
+        print(f"opscope: warning: process {pid}: {result['note']}", file=sys.stderr)
+    print(result["trace"], flush=True)
+    return 0

@@ -1,0 +1,172 @@
+"""Live ``nn.Module`` hooks for ``with_modules=True``: each forward call is a range.
+
+``ModuleRanges(collector).install()`` registers one global forward pre-hook
+and one global forward hook (``always_call=True``, so a forward that raises
+still closes its range). Every ``nn.Module.__call__`` then opens a user range
+through ``collector.range_push`` (the same path as ``record_function``, so the
+native and the Python collector both record it) and closes it on return.
+``uninstall()`` removes both hooks; a range still open then ends when the
+collector stops.
+
+Naming (see ``opscope.model.modules``): a module called while no other module
+runs on its thread is a *root*, named by its class; a module called inside a
+root is named by its qualified path under that root plus its class, e.g.
+``encoder.layers.0.self_attn (MultiheadAttention)``. A module that is not a
+submodule of the running root (built on the fly, or borrowed from another
+model) is named ``<caller path>.<Class>``.
+
+Example::
+
+    >>> import torch
+    >>> from opscope.collect.python_collector import PythonCollector
+    >>> collector = PythonCollector()
+    >>> collector.start()
+    >>> hooks = ModuleRanges(collector)
+    >>> hooks.install()
+    >>> _ = torch.nn.Sequential(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+    >>> hooks.uninstall(); raw = collector.stop()
+    >>> sorted(hooks.modules())
+    ['0 (Linear)', 'Sequential']
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Tuple
+
+import torch
+from torch.nn.modules import module as nn_module
+
+from opscope.model.modules import ModuleCall, ModuleInfo
+
+# Set on our hook functions so tests can tell them from anyone else's.
+HOOK_MARKER = "_opscope_module_hook"
+
+
+def _sequence_nr() -> int:
+    """The autograd sequence number the next node on this thread will get (-1 if unknown)."""
+    peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
+    return int(peek()) if peek is not None else -1
+
+
+def installed_hooks() -> List[Any]:
+    """opscope module hooks currently registered with torch (empty when none is)."""
+    tables = [getattr(nn_module, name, {}) for name in
+              ("_global_forward_pre_hooks", "_global_forward_hooks")]
+    return [hook for table in tables for hook in table.values()
+            if getattr(hook, HOOK_MARKER, False)]
+
+
+class _Frame:
+    """One open module call on a thread's stack."""
+
+    __slots__ = ("module", "info", "handle", "call")
+
+    def __init__(self, module, info: ModuleInfo, handle: Any, call: ModuleCall):
+        self.module = module
+        self.info = info
+        self.handle = handle
+        self.call = call
+
+
+class ModuleRanges:
+    """Turns every ``nn.Module`` forward into a named range while installed."""
+
+    def __init__(self, collector: Any):
+        self._collector = collector
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._handles: List[Any] = []
+        self._modules: Dict[str, ModuleInfo] = {}
+        self._calls: List[ModuleCall] = []
+        # id(root) -> (root, {id(submodule): qualified path}) and id(module) ->
+        # (module, parameter count): holding the objects keeps their ids unique.
+        self._paths: Dict[int, Tuple[Any, Dict[int, str]]] = {}
+        self._params: Dict[int, Tuple[Any, int]] = {}
+
+    # -- install / uninstall ------------------------------------------------
+    def install(self) -> None:
+        """Register the global forward pre-hook and forward hook."""
+        try:
+            self._handles.append(nn_module.register_module_forward_pre_hook(self._pre_hook))
+            self._handles.append(nn_module.register_module_forward_hook(
+                self._post_hook, always_call=True))
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        """Remove both hooks (idempotent); forget the roots they saw."""
+        while self._handles:
+            self._handles.pop().remove()
+        self._paths.clear()
+        self._params.clear()
+
+    # -- results ------------------------------------------------------------
+    def modules(self) -> Dict[str, ModuleInfo]:
+        """Range name -> ModuleInfo, for every module called while installed."""
+        with self._lock:
+            return dict(self._modules)
+
+    def calls(self) -> List[ModuleCall]:
+        """Every forward call, in start order per thread."""
+        with self._lock:
+            return list(self._calls)
+
+    # -- hooks ----------------------------------------------------------------
+    def _stack(self) -> List[_Frame]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _pre_hook(self, module, args) -> None:
+        stack = self._stack()
+        info = self._info(module, stack)
+        call = ModuleCall(info.name, threading.get_native_id(), _sequence_nr())
+        with self._lock:
+            self._modules.setdefault(info.name, info)
+            self._calls.append(call)
+        handle = self._collector.range_push(info.name)
+        stack.append(_Frame(module, info, handle, call))
+
+    def _post_hook(self, module, args, output) -> None:
+        stack = self._stack()
+        for depth in range(len(stack) - 1, -1, -1):
+            if stack[depth].module is module:
+                break
+        else:
+            return  # its pre-hook ran before we were installed
+        seq = _sequence_nr()
+        while len(stack) > depth:  # close calls left open by an exception, innermost first
+            frame = stack.pop()
+            frame.call.seq_end = seq
+            self._collector.range_pop(frame.handle)
+
+    # -- naming ---------------------------------------------------------------
+    def _info(self, module, stack: List[_Frame]) -> ModuleInfo:
+        class_name = type(module).__name__
+        if not stack:
+            return ModuleInfo.for_module("", class_name, class_name, self._param_count(module))
+        root = stack[0].module
+        entry = self._paths.get(id(root))
+        if entry is None or entry[0] is not root:
+            entry = (root, {id(m): path for path, m in root.named_modules()})
+            self._paths[id(root)] = entry
+        path = entry[1].get(id(module))
+        if path is None:  # not a submodule of the root: name it under its caller
+            caller = stack[-1].info.path
+            path = f"{caller}.{class_name}" if caller else class_name
+        return ModuleInfo.for_module(path, class_name, stack[0].info.class_name,
+                                     self._param_count(module))
+
+    def _param_count(self, module) -> int:
+        entry = self._params.get(id(module))
+        if entry is None or entry[0] is not module:
+            entry = (module, sum(int(p.numel()) for p in module.parameters()))
+            self._params[id(module)] = entry
+        return entry[1]
+
+
+setattr(ModuleRanges._pre_hook, HOOK_MARKER, True)
+setattr(ModuleRanges._post_hook, HOOK_MARKER, True)

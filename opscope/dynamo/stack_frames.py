@@ -1,0 +1,57 @@
+"""Telling the user's Python frames from torch's and opscope's own.
+
+Recorded stacks hold frames as ``"path/file.py(12): function"``, innermost
+first. A graph-break finder wants the user's lines: frames in torch, in
+opscope and built-ins are left out.
+
+Example::
+
+    >>> user_frames(["<built-in method item of Tensor object>",
+    ...              "/home/me/train.py(9): forward", "/home/me/train.py(30): <module>"])
+    ['/home/me/train.py(9): forward', '/home/me/train.py(30): <module>']
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Sequence
+
+import torch
+
+import opscope
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_OPSCOPE_DIR = os.path.dirname(os.path.abspath(opscope.__file__)) + os.sep
+
+# Frames that mean the op was issued by a profiler itself (its setup or
+# teardown), not by the program being profiled.
+_PROFILER_FILES = (
+    os.path.join(_TORCH_DIR, "autograd", "profiler.py"),
+    os.path.join(_TORCH_DIR, "profiler", "profiler.py"),
+    os.path.join(_OPSCOPE_DIR, "profiler.py"),
+    os.path.join(_OPSCOPE_DIR, "record_function.py"),
+)
+
+
+def is_internal_frame(frame: str) -> bool:
+    """True for a built-in, torch or opscope frame.
+
+    >>> is_internal_frame(_TORCH_DIR + "nn/modules/linear.py(125): forward")
+    True
+    """
+    return ("<built-in" in frame or frame.startswith(_TORCH_DIR)
+            or "site-packages/torch/" in frame or frame.startswith(_OPSCOPE_DIR))
+
+
+def user_frames(stack: Optional[Sequence[str]]) -> List[str]:
+    """The user's frames of ``stack``, in the same (innermost-first) order."""
+    return [frame for frame in (stack or ()) if not is_internal_frame(frame)]
+
+
+def issued_by_profiler(stack: Optional[Sequence[str]]) -> bool:
+    """True when a profiler's own code is on ``stack`` (such ops are not graph breaks).
+
+    >>> issued_by_profiler([_OPSCOPE_DIR + "profiler.py(180): start", "x.py(3): <module>"])
+    True
+    """
+    return any(frame.startswith(_PROFILER_FILES) for frame in (stack or ()))

@@ -1,0 +1,155 @@
+"""``ExecutionTraceObserver``: torch.profiler's execution-trace API, on our observer.
+
+Example::
+
+    >>> import torch, opscope
+    >>> et = opscope.ExecutionTraceObserver().register_callback("et.json")
+    >>> et.start()
+    >>> _ = torch.ones(4) + 1
+    >>> et.stop()
+    >>> et.unregister_callback()      # writes et.json (torch's ET schema)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opscope.export.atomic import check_output_folder
+
+
+class ExecutionTraceObserver:
+    """Records an execution trace: every op, its inputs and outputs, with tensor ids.
+
+    One may be registered per process. ``register_callback(path)`` installs a
+    RecordFunction callback (disabled); ``start()`` and ``stop()`` choose when
+    ops are recorded; ``unregister_callback()`` (or ``cleanup()``, or garbage
+    collection) removes the callback and writes ``path``. Passed to
+    ``opscope.profile(execution_trace_observer=...)``, it records exactly the
+    profiler's active windows and is cleaned up when the profiler exits.
+
+    >>> import opscope
+    >>> sched = opscope.schedule(wait=1, warmup=1, active=2)
+    >>> et = opscope.ExecutionTraceObserver().register_callback("et.json")
+    >>> with opscope.profile(schedule=sched, execution_trace_observer=et) as prof:
+    ...     for _ in range(4):
+    ...         train_step()
+    ...         prof.step()
+    >>> et.is_registered        # the profiler cleaned it up: et.json is written
+    False
+    """
+
+    def __init__(self) -> None:
+        self._registered = False
+        self._execution_trace_running = False
+        self._output_file_path = ""
+        self._collector: Any = None
+        self._writer: Any = None
+
+    def __del__(self) -> None:
+        try:
+            self.unregister_callback()
+        except Exception:  # interpreter shutdown or a failed write: nothing to tell
+            pass
+
+    def register_callback(self, output_file_path: str) -> "ExecutionTraceObserver":
+        """Install the callback; the trace will be written to ``output_file_path``.
+
+        Returns ``self``. A second call while registered does nothing. Raises
+        ``RuntimeError`` when the native observer cannot be built or another
+        observer is registered, and ``FileNotFoundError`` when the folder of
+        ``output_file_path`` does not exist.
+        """
+        if self._registered:
+            return self
+        if not isinstance(output_file_path, (str, os.PathLike)):
+            raise TypeError("ExecutionTraceObserver.register_callback: output_file_path must "
+                            f"be a str path, got {type(output_file_path).__name__}")
+        path = check_output_folder(output_file_path)
+        from opscope.execution_trace.collect import NodeCollector
+        from opscope.execution_trace.writer import ExecutionTraceWriter
+
+        collector = NodeCollector.load()
+        collector.register()
+        try:
+            writer = ExecutionTraceWriter(path)
+        except BaseException:
+            collector.unregister()
+            raise
+        self._collector, self._writer = collector, writer
+        self._output_file_path = path
+        self._registered = True
+        return self
+
+    def unregister_callback(self) -> None:
+        """Stop, remove the callback and write the output file (atomically)."""
+        if not self._registered:
+            return
+        try:
+            self.stop()
+        finally:
+            collector, writer = self._collector, self._writer
+            self._collector = self._writer = None
+            self._registered = False
+            try:
+                writer.write_nodes(collector.take_nodes())
+            finally:
+                collector.unregister()
+                if writer is not None:
+                    _finish_or_abandon(writer)
+
+    @property
+    def is_registered(self) -> bool:
+        """True between ``register_callback()`` and ``unregister_callback()``."""
+        return self._registered
+
+    def is_running(self) -> bool:
+        """True between ``start()`` and ``stop()``."""
+        return self._execution_trace_running
+
+    def start(self) -> None:
+        """Start recording ops (does nothing unless registered, or if running)."""
+        if self._registered and not self._execution_trace_running:
+            self._collector.enable()
+            self._execution_trace_running = True
+
+    def stop(self) -> None:
+        """Stop recording ops; what was recorded goes to the (unfinished) file."""
+        if not self._execution_trace_running:
+            return
+        self._execution_trace_running = False
+        self._collector.disable()
+        self._writer.write_nodes(self._collector.take_nodes())
+
+    def cleanup(self) -> None:
+        """Same as ``unregister_callback()``: finalise the output file."""
+        self.unregister_callback()
+
+    def get_output_file_path(self) -> str:
+        """The output path given to ``register_callback``; RuntimeError before that."""
+        if not self._registered:
+            raise RuntimeError("ExecutionTraceObserver.get_output_file_path: no output file: "
+                               "call register_callback(path) first")
+        return self._output_file_path
+
+
+def _finish_or_abandon(writer: Any) -> None:
+    try:
+        writer.finish()
+    except BaseException:
+        writer.abandon()
+        raise
+
+
+def load_execution_trace(path: str) -> dict:
+    """Read an execution-trace JSON file (plain or ``.gz``) back into a dict.
+
+    >>> load_execution_trace("et.json")["schema"]
+    '1.1.1-chakra.0.0.4'
+    """
+    import gzip
+    import json
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)

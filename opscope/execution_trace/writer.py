@@ -1,0 +1,136 @@
+"""The writing half of the execution trace: torch's ET JSON (schema 1.1.1-chakra.0.0.4).
+
+The layout follows what torch 2.13 writes, byte for byte apart from the
+timestamps and ids: a header (``schema``, ``pid``, ``time``, ``start_ts``),
+``nodes`` in the order they finished, the process root node last, then
+``finish_ts``. The file is written atomically (``opscope.export.atomic``): it
+appears whole when the writer finishes, never half-written.
+
+Example::
+
+    >>> import json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "et.json")
+    >>> writer = ExecutionTraceWriter(path)
+    >>> writer.write_nodes([])
+    >>> writer.finish()
+    >>> [n["name"] for n in json.load(open(path))["nodes"]]
+    ['[pytorch|profiler|execution_trace|process]']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterable, Optional
+
+from opscope.export.atomic import atomic_text_writer
+
+SCHEMA_VERSION = "1.1.1-chakra.0.0.4"
+ROOT_ID = 1
+PROCESS_NODE_NAME = "[pytorch|profiler|execution_trace|process]"
+USER_SCOPE = 7  # at::RecordScope::USER_SCOPE
+
+_EMPTY_PORT = ("[]", "[]", "[]", "[]")
+
+
+def steady_ms() -> int:
+    """torch's ``start_ts``/``finish_ts`` clock: steady (monotonic) time in ms."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def format_node(node: tuple) -> str:
+    """One node, as torch lays it out.
+
+    ``node`` is a tuple from ``NodeCollector.take_nodes()``; its inputs and
+    outputs are (values, shapes, types, strides), each a JSON array as text.
+
+    >>> print(format_node(process_node()).splitlines()[2])
+            "id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1,
+    """
+    (node_id, name, parent, rf_id, fw_parent, seq_id, scope, tid, fw_tid, schema,
+     (in_values, in_shapes, in_types, in_strides),
+     (out_values, out_shapes, out_types, out_strides)) = node
+    return (
+        "\n      {\n"
+        f'        "id": {node_id}, "name": {_json_text(name)}, "ctrl_deps": {parent},\n'
+        f'        "inputs": {{"values": {in_values}, "shapes": {in_shapes}, '
+        f'"types": {in_types}, "strides": {in_strides}}},\n'
+        f'        "outputs": {{"values": {out_values}, "shapes": {out_shapes}, '
+        f'"types": {out_types}, "strides": {out_strides}}},\n'
+        f'        "attrs": [{{"name": "rf_id", "type": "uint64", "value": {rf_id}}},'
+        f'{{"name": "fw_parent", "type": "uint64", "value": {fw_parent}}},'
+        f'{{"name": "seq_id", "type": "int64", "value": {seq_id}}},'
+        f'{{"name": "scope", "type": "uint64", "value": {scope}}},'
+        f'{{"name": "tid", "type": "uint64", "value": {tid}}},'
+        f'{{"name": "fw_tid", "type": "uint64", "value": {fw_tid}}},'
+        f'{{"name": "op_schema", "type": "string", "value": {_json_text(schema)}}},'
+        '{"name": "kernel_backend", "type": "string", "value": ""},'
+        '{"name": "kernel_file", "type": "string", "value": ""},'
+        '{"name": "tensor_range", "type": "string", "value": ""}]\n'
+        "      }"
+    )
+
+
+def _json_text(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def process_node() -> tuple:
+    """The root node torch adds last: id 1, its own parent."""
+    return (ROOT_ID, PROCESS_NODE_NAME, ROOT_ID, 0, 0, -1, USER_SCOPE, 0, 0, "",
+            _EMPTY_PORT, _EMPTY_PORT)
+
+
+class ExecutionTraceWriter:
+    """Streams one execution trace into a temp file; ``finish()`` puts it in place.
+
+    The header is written when the writer is made (torch stamps ``time`` and
+    ``start_ts`` at registration). ``abandon()`` removes the temp file and
+    leaves ``path`` as it was. A ``path`` ending in ``.gz`` is gzip-compressed.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._context = atomic_text_writer(path)
+        self._out: Optional[Any] = self._context.__enter__()
+        self._out.write(
+            "{\n"
+            f'  "schema": "{SCHEMA_VERSION}", "pid": {os.getpid()}, '
+            f'"time": "{time.strftime("%Y-%m-%d %X")}", "start_ts": {steady_ms()},\n'
+            '  "nodes": [')
+
+    def write_nodes(self, nodes: Iterable[tuple]) -> None:
+        """Append nodes (each followed by a comma: the process node comes last)."""
+        out = self._require_open()
+        for node in nodes:
+            out.write(format_node(node))
+            out.write(",")
+
+    def finish(self) -> None:
+        """Write the process node and ``finish_ts``, then move the file into place."""
+        out = self._require_open()
+        try:
+            out.write(format_node(process_node()))
+            out.write(f'\n  ],\n  "finish_ts": {steady_ms()}\n}}')
+        except BaseException as exc:
+            self._close(exc)
+            raise
+        self._close(None)
+
+    def abandon(self) -> None:
+        """Drop everything written so far; ``path`` is left untouched."""
+        if self._out is not None:
+            self._close(RuntimeError("execution trace abandoned"))
+
+    def _require_open(self) -> Any:
+        if self._out is None:
+            raise RuntimeError(f"execution trace {self.path!r} is already finished")
+        return self._out
+
+    def _close(self, error: Optional[BaseException]) -> None:
+        self._out = None
+        if error is None:
+            self._context.__exit__(None, None, None)
+        else:
+            self._context.__exit__(type(error), error, error.__traceback__)

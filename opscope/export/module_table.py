@@ -1,0 +1,127 @@
+"""The module tree as text: ``prof.module_table()`` / ``key_averages(group_by="module").table()``.
+
+One line per module (``analysis.modules.ModuleRow``), indented two spaces per level,
+with columns in the style of torch.profiler's table::
+
+    Module  # of Calls  Params  Forward  Backward  Total  Self  Total %  [Total MFLOPs  GFLOP/s]  [CPU Mem  Self CPU Mem]
+
+``Forward`` and ``Backward`` include the children's time; ``Self`` is the module's
+forward + backward time minus its children's. ``Total %`` is a share of the roots'
+forward + backward time. FLOP columns appear with ``with_flops`` when a row has
+FLOPs (scaled as torch scales ``Total FLOPs``, from the smallest non-zero count);
+memory columns when the rows carry memory.
+
+Example::
+
+    >>> from opscope.analysis.modules import ModuleRow
+    >>> rows = [ModuleRow("Net", "Net", "Net", 0, -1, count=1, parameters=10,
+    ...                   forward_time_total=30.0, backward_time_total=50.0,
+    ...                   self_forward_time_total=30.0, self_backward_time_total=50.0)]
+    >>> print(format_module_table(rows).splitlines()[3].rstrip())
+    Net                 1            10      30.000us      50.000us      80.000us      80.000us       100.00%
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from opscope.export.table import (FLOP_RATE_UNITS, US_PER_UNIT, flop_rate, flops_scale,
+                                  format_memory, format_time, format_time_share)
+
+SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "forward_time_total",
+             "backward_time_total", "count", "parameters", "flops", "cpu_memory_usage",
+             "self_cpu_memory_usage")
+INDENT = "  "
+COLUMN_GAP = 2
+WIDTH = 12
+
+
+def _tree_order(rows: Sequence, sort_by: Optional[str]) -> List[int]:
+    """Row indices depth first; siblings by first call, or by ``sort_by`` descending."""
+    children: List[List[int]] = [[] for _ in rows]
+    roots = []
+    for i, row in enumerate(rows):
+        (children[row.parent] if 0 <= row.parent < len(rows) else roots).append(i)
+
+    def ordered(indices: List[int]) -> List[int]:
+        if sort_by is None:
+            return indices
+        return sorted(indices, key=lambda i: getattr(rows[i], sort_by) or 0, reverse=True)
+
+    out: List[int] = []
+    stack = ordered(roots)[::-1]
+    while stack:
+        i = stack.pop()
+        out.append(i)
+        stack.extend(ordered(children[i])[::-1])
+    return out
+
+
+def _cell(text, width: int, align: str) -> str:
+    return format(text, f"{align}{width}") + " " * COLUMN_GAP
+
+
+def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_limit: int = -1,
+                        time_unit: Optional[str] = None, with_flops: bool = False,
+                        max_name_column_width: int = 60) -> str:
+    """Render module rows as an indented tree table ('' for no rows).
+
+    ``sort_by`` (one of ``SORT_KEYS``) orders siblings, largest first; the tree
+    shape is kept. ``row_limit`` caps the lines shown (-1: all).
+    """
+    if sort_by is not None and sort_by not in SORT_KEYS:
+        raise ValueError(f"sort_by={sort_by!r} is not a module table column; "
+                         f"expected one of: {', '.join(SORT_KEYS)}")
+    if time_unit is not None and time_unit not in US_PER_UNIT:
+        raise ValueError(f"time_unit must be one of None, 's', 'ms', 'us'; got {time_unit!r}")
+    rows = list(rows)
+    if not rows:
+        return ""
+    order = _tree_order(rows, sort_by)
+    labels = [INDENT * rows[i].depth + str(rows[i].key) for i in range(len(rows))]
+    name_width = min(max(len(label) for label in labels) + 4, max_name_column_width)
+    flops = flops_scale([r.flops for r in rows]) if with_flops else None
+    rates = flops_scale([flop_rate(r) for r in rows], FLOP_RATE_UNITS) if flops else None
+    with_memory = any(r.cpu_memory_usage is not None for r in rows)
+
+    titles = ["# of Calls", "Params", "Forward", "Backward", "Total", "Self", "Total %"]
+    if flops:
+        titles += [f"Total {flops[1]}", rates[1] if rates else "FLOP/s"]
+    if with_memory:
+        titles += ["CPU Mem", "Self CPU Mem"]
+    widths = [name_width] + [WIDTH] * len(titles)
+    aligns = ["<"] + [">"] * len(titles)
+
+    def line(cells) -> str:
+        return "".join(_cell(c, w, a) for c, w, a in zip(cells, widths, aligns))
+
+    rule = line(["-" * w for w in widths])
+    roots_total = sum(r.cpu_time_total for r in rows if r.parent < 0)
+    out = [rule, line(["Module"] + titles), rule]
+    for shown, i in enumerate(order):
+        if shown == row_limit:
+            break
+        row = rows[i]
+        label = labels[i]
+        if len(label) > name_width - 3:
+            label = label[:name_width - 6] + "..."
+        cells = [label, row.count, f"{row.parameters:,}",
+                 format_time(row.forward_time_total, time_unit),
+                 format_time(row.backward_time_total, time_unit),
+                 format_time(row.cpu_time_total, time_unit),
+                 format_time(row.self_cpu_time_total, time_unit),
+                 format_time_share(row.cpu_time_total, roots_total)]
+        if flops:
+            rate = flop_rate(row)
+            cells += ["--" if row.flops <= 0 else f"{row.flops * flops[0]:8.3f}",
+                      "--" if rate <= 0 or not rates else f"{rate * rates[0]:8.3f}"]
+        if with_memory:
+            cells += [format_memory(row.cpu_memory_usage or 0),
+                      format_memory(row.self_cpu_memory_usage or 0)]
+        out.append(line(cells))
+    out.append(rule)
+    forward = sum(r.forward_time_total for r in rows if r.parent < 0)
+    backward = sum(r.backward_time_total for r in rows if r.parent < 0)
+    out.append(f"Module forward time total: {format_time(forward, time_unit)}")
+    out.append(f"Module backward time total: {format_time(backward, time_unit)}")
+    return "".join(text + "\n" for text in out)

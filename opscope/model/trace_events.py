@@ -1,0 +1,425 @@
+"""Turn a parsed Chrome trace into the recorded-session model (``RawSession``).
+
+Works for traces written by opscope and by torch.profiler (Kineto): every
+``X`` event of category ``cpu_op``, ``user_annotation`` or ``python_function``
+(also the CPU-side ``cuda_runtime``/``cuda_driver`` calls, and
+``Operator``/``Runtime`` of older Kineto) becomes one record, as a collector
+would have written it. Python functions are records because torch.profiler
+counts them as events too: with ``with_stack`` its ``key_averages`` has a row
+per Python function, and ops nest under them.
+
+- ``ts``/``dur`` (microseconds, three decimals) become integer nanoseconds;
+  the clock is "nanoseconds since ``baseTimeNanoseconds``", which is the
+  epoch offset, so opscope's traces keep their Unix times exactly;
+- ``Sequence number``/``Fwd thread id`` fill ``seq_nr``/``fwd_thread_id``; an
+  event with a non-zero forward thread is a backward node
+  (``SCOPE_BACKWARD_FUNCTION``), ``user_annotation`` is ``SCOPE_USER``;
+- the RecordFunction thread id of each thread comes from the ``fwdbwd`` flows
+  (a forward op's thread is the ``Fwd thread id`` of its backward node);
+- ``Input Dims``/``Input type``/``Input Strides``/``Concrete Inputs`` are
+  re-encoded (see ``trace_inputs``); ``Call stack`` ("f(1): a;g(2): b;",
+  innermost first) is split into frames.
+
+``[memory]`` instant events become plain dicts. Records come out sorted by
+``(start, -end)``. Device-side events (GPU kernels, memcpy) are not read.
+
+Example::
+
+    >>> doc = {"traceEvents": [
+    ...     {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 7,
+    ...      "ts": 10.5, "dur": 2.25, "args": {"Input Dims": [[2], [2]]}}]}
+    >>> c = trace_contents(doc, "t.json")
+    >>> c.raw.names, c.raw.records["start_ns"].tolist(), c.raw.records["end_ns"].tolist()
+    (['aten::add'], [10500], [12750])
+    >>> c.raw.inputs_of(0, 0).shapes
+    [[2], [2]]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from operator import itemgetter, methodcaller
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from opscope.model.events import sort_order
+from opscope.model.records import (NO_INPUTS, RECORD_DTYPE, SCOPE_BACKWARD_FUNCTION,
+                                   SCOPE_FUNCTION, SCOPE_USER, RawSession)
+from opscope.model.session import OPTION_NAMES
+from opscope.model.trace_file import TraceLoadError
+from opscope.model.trace_inputs import encode_trace_inputs
+
+# Event categories that are host-side ops and ranges, and their RecordFunction scope.
+OP_CATEGORIES = {
+    "cpu_op": SCOPE_FUNCTION, "operator": SCOPE_FUNCTION,
+    "user_annotation": SCOPE_USER,
+    "cuda_runtime": SCOPE_FUNCTION, "cuda_driver": SCOPE_FUNCTION, "runtime": SCOPE_FUNCTION,
+}
+# Top-level keys that describe the file, not the session (never kept as metadata).
+FORMAT_KEYS = frozenset({
+    "schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit",
+    "baseTimeNanoseconds", "traceEvents", "traceName",
+})
+_INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+_INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
+
+
+@dataclass
+class TraceContents:
+    """What a trace holds, in model terms: the records and what goes beside them.
+
+    ``stacks`` is per record (same order as ``raw.records``), or None when the
+    trace has no ``Call stack`` args at all. ``python_function_names`` are the
+    names of the records that came from ``python_function`` events;
+    ``module_args`` maps the name of each ``user_annotation`` range that marks
+    a module (its args have ``Module Class``) to those args.
+    """
+
+    raw: RawSession
+    stacks: Optional[List[Optional[List[str]]]]
+    options: Dict[str, bool]
+    metadata: Dict[str, str]
+    memory_events: List[Dict[str, Any]] = field(default_factory=list)
+    python_function_names: List[str] = field(default_factory=list)
+    module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    thread_names: Dict[int, str] = field(default_factory=dict)
+
+
+def split_call_stack(text: str) -> List[str]:
+    """Frames of a ``Call stack`` arg, innermost first.
+
+    >>> split_call_stack("a.py(3): f;b.py(9): <module>;")
+    ['a.py(3): f', 'b.py(9): <module>']
+    """
+    frames = text.split(";")
+    if frames and frames[-1] == "":
+        frames.pop()
+    return frames
+
+
+def _ns(ts: np.ndarray, origin_us: int) -> np.ndarray:
+    """Microsecond floats -> integer ns, exact to the ns for the trace's 3 decimals.
+
+    Subtracting a whole-microsecond origin first keeps the product small, so
+    large absolute timestamps (Kineto's) still round to the right nanosecond.
+    """
+    return np.rint((ts - origin_us) * 1000.0).astype(np.int64) + origin_us * 1000
+
+
+def _numbers(values: List[Any], what: str, path: str, events: Sequence[dict]) -> np.ndarray:
+    try:
+        out = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = None
+    if out is None or (len(out) and not np.isfinite(out).all()):
+        bad = next(i for i, v in enumerate(values)
+                   if not isinstance(v, (int, float)) or isinstance(v, bool)
+                   or not math.isfinite(v))
+        raise TraceLoadError(path, f"event {events[bad].get('name')!r} has no valid {what!r} "
+                                   f"(got {values[bad]!r}; expected microseconds)")
+    return out
+
+
+def _ints(values: List[Any], default: int) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([v if isinstance(v, int) and not isinstance(v, bool) else default
+                         for v in values], dtype=np.int64)
+
+
+class _OpColumns(NamedTuple):
+    ts: list
+    dur: list
+    names: list
+    tids: list
+    cats: list
+    args: List[dict]
+
+
+_OP_FIELDS = itemgetter("ts", "dur", "name", "tid", "cat", "args")
+_EMPTY: Dict[str, Any] = {}
+
+
+def _op_columns(ops: List[dict]) -> _OpColumns:
+    """The fields the loader reads, one list each (C-speed when every event has them)."""
+    if not ops:
+        return _OpColumns([], [], [], [], [], [])
+    try:
+        ts, dur, names, tids, cats, args = zip(*map(_OP_FIELDS, ops))
+    except KeyError:  # some event lacks a field: the slower, forgiving way
+        ts, names, tids, cats = ([e.get(k) for e in ops] for k in ("ts", "name", "tid", "cat"))
+        dur = [e.get("dur", 0) for e in ops]
+        args = [e.get("args") for e in ops]
+    args = [a if type(a) is dict else _EMPTY for a in args]
+    return _OpColumns(list(ts), list(dur), list(names), list(tids), list(cats), args)
+
+
+def _intern(values: list):
+    """(distinct values in first-seen order, int32 index of each value).
+
+    >>> _intern(["b", "a", "b"])
+    (['b', 'a'], array([0, 1, 0], dtype=int32))
+    """
+    try:
+        distinct = list(dict.fromkeys(values))
+    except TypeError:  # an unhashable value (a list where a name should be): use its text
+        values = [v if isinstance(v, (str, int, float, type(None))) else str(v) for v in values]
+        distinct = list(dict.fromkeys(values))
+    index = {v: i for i, v in enumerate(distinct)}
+    return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int32,
+                                 count=len(values))
+
+
+class _Classified:
+    """The trace's events sorted into the kinds the loader uses (one pass)."""
+
+    def __init__(self, events: Sequence[Any]):
+        self.ops: List[dict] = []
+        self.python_names: Dict[Any, None] = {}
+        self.memory: List[dict] = []
+        self.flows_start: Dict[Any, dict] = {}
+        self.flows_end: Dict[Any, dict] = {}
+        self.span: Optional[dict] = None
+        self.thread_names: Dict[Any, str] = {}
+        op_cats = OP_CATEGORIES
+        for e in events:
+            if type(e) is not dict:
+                continue
+            ph = e.get("ph")
+            if ph == "X":
+                cat = e.get("cat")
+                if cat in op_cats or (isinstance(cat, str) and cat.lower() in op_cats):
+                    self.ops.append(e)
+                elif cat == "python_function":
+                    self.ops.append(e)
+                    self.python_names[e.get("name")] = None
+                elif cat == "Trace" and self.span is None:
+                    self.span = e
+            elif ph in ("i", "I"):
+                if e.get("name") == "[memory]":
+                    self.memory.append(e)
+            elif ph in ("s", "f") and e.get("cat") == "fwdbwd":
+                (self.flows_start if ph == "s" else self.flows_end)[e.get("id")] = e
+            elif ph == "M" and e.get("name") == "thread_name":
+                name = (e.get("args") or {}).get("name")
+                if isinstance(name, str):
+                    self.thread_names[e.get("tid")] = name
+
+
+def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
+    """Build the records, stacks, memory events and settings of a parsed trace.
+
+    ``path`` is only used in error messages.
+    """
+    found = _Classified(doc["traceEvents"])
+    ops = found.ops
+    base_ns = doc.get("baseTimeNanoseconds")
+    epoch_offset_ns = base_ns if isinstance(base_ns, int) and not isinstance(base_ns, bool) \
+        else 0
+
+    cols = _op_columns(ops)
+    ts = _numbers(cols.ts, "ts", path, ops)
+    dur = _numbers(cols.dur, "dur", path, ops)
+    all_ts = [ts] + [np.array([e.get("ts")], dtype=np.float64)
+                     for e in ([found.span] if found.span else [])]
+    origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
+    start = _ns(ts, origin_us)
+    end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
+
+    names, name_id = _intern(cols.names)
+    tids, thread_index = _intern(cols.tids)
+    thread_ids = [t if isinstance(t, int) and not isinstance(t, bool) else k
+                  for k, t in enumerate(tids)]
+    args = cols.args
+    seq = _ints(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
+    fwd = _ints(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0)
+    cat_names, cat_id = _intern(cols.cats)
+    cat_scope = np.array([OP_CATEGORIES.get(c, OP_CATEGORIES.get(str(c).lower(), 0))
+                          for c in cat_names], dtype=np.uint8)
+    scope = cat_scope[cat_id] if len(ops) else np.zeros(0, dtype=np.uint8)
+    scope[(fwd != 0) & (scope == SCOPE_FUNCTION)] = SCOPE_BACKWARD_FUNCTION
+    user_rows = np.flatnonzero(cat_id == cat_names.index("user_annotation")) \
+        if "user_annotation" in cat_names else np.zeros(0, dtype=np.int64)
+
+    records = np.zeros(len(ops), dtype=RECORD_DTYPE)
+    records["start_ns"] = start
+    records["end_ns"] = end
+    records["seq_nr"] = seq
+    records["name_id"] = name_id
+    records["thread_index"] = thread_index
+    records["fwd_thread_id"] = np.clip(fwd, 0, 2 ** 32 - 1)
+    records["rf_thread_id"] = _rf_thread_ids(found, ops, fwd, tids)[thread_index] \
+        if len(ops) else 0
+    records["scope"] = scope
+    inputs = _encode_inputs(args, thread_index, len(tids), records)
+
+    stacks: Optional[List[Optional[List[str]]]] = None
+    texts = list(map(methodcaller("get", "Call stack"), args))
+    if any(isinstance(t, str) for t in texts):
+        parsed: Dict[str, List[str]] = {}
+        stacks = [None if not isinstance(t, str) else
+                  parsed.get(t) or parsed.setdefault(t, split_call_stack(t)) for t in texts]
+
+    order = sort_order(start, end)
+    if len(order) and not np.array_equal(order, np.arange(len(order))):
+        records = records[order]
+        if stacks is not None:
+            stacks = [stacks[i] for i in order.tolist()]
+
+    start_ns, stop_ns = _window(found.span, start, end, origin_us)
+    pids = [e.get("pid") for e in ops[:1]]
+    raw = RawSession(
+        records=records, inputs=inputs, thread_ids=thread_ids,
+        names=[n if isinstance(n, str) else str(n) for n in names],
+        start_ns=start_ns, stop_ns=stop_ns, epoch_offset_ns=epoch_offset_ns,
+        collector="trace", process_id=pids[0] if pids and isinstance(pids[0], int) else 0)
+    options, metadata = _settings(doc)
+    return TraceContents(
+        raw=raw, stacks=stacks, options=options, metadata=metadata,
+        memory_events=_memory_events(found.memory, origin_us, path),
+        python_function_names=[str(n) for n in found.python_names],
+        module_args=_module_args(ops, args, user_rows),
+        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)})
+
+
+def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us: int):
+    """(start, stop) of the recorded window: the trace's span event, else the ops' extent."""
+    if span is not None:
+        try:
+            s = int(_ns(np.array([span["ts"]], dtype=np.float64), origin_us)[0])
+            d = int(round(float(span.get("dur", 0)) * 1000))
+            if d >= 0:
+                return s, s + d
+        except (KeyError, TypeError, ValueError):
+            pass
+    if len(start):
+        return int(start.min()), int(end.max())
+    return 0, 0
+
+
+def _rf_thread_ids(found: _Classified, ops: List[dict], fwd: np.ndarray,
+                   tids: List[Any]) -> np.ndarray:
+    """RecordFunction thread id per thread index (as ``Fwd thread id`` refers to it).
+
+    A ``fwdbwd`` flow links a forward op (its start) to a backward node (its
+    end) that names the forward op's thread; other threads get the smallest
+    unused ids from 1, in order of appearance.
+    """
+    out = np.zeros(len(tids), dtype=np.int64)
+    index = {t: i for i, t in enumerate(tids)}
+    if found.flows_start and found.flows_end:
+        backward = {(ops[i].get("tid"), ops[i].get("ts")): int(fwd[i])
+                    for i in np.flatnonzero(fwd != 0).tolist()}
+        for flow_id, s in found.flows_start.items():
+            f = found.flows_end.get(flow_id)
+            if f is None:
+                continue
+            thread = index.get(s.get("tid"))
+            rf = backward.get((f.get("tid"), f.get("ts")))
+            if thread is not None and rf and out[thread] == 0:
+                out[thread] = rf
+    used = set(out.tolist())
+    next_id = 1
+    for k in range(len(out)):
+        if out[k] == 0:
+            while next_id in used:
+                next_id += 1
+            out[k] = next_id
+            used.add(next_id)
+    return out
+
+
+try:  # optional: ~10x faster keys than repr() on traces with many recorded inputs
+    from orjson import dumps as _fast_dumps
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_dumps = None
+
+
+def _signature_key(values: tuple) -> object:
+    """A hashable key equal for equal input lists."""
+    if _fast_dumps is not None:
+        try:
+            return _fast_dumps(values)
+        except (TypeError, ValueError):  # integers beyond 64 bits
+            pass
+    return repr(values)
+
+
+def _encode_inputs(args: List[dict], thread_index: np.ndarray, n_threads: int,
+                   records: np.ndarray) -> List[np.ndarray]:
+    """Per-thread int64 input blobs; sets ``records["input_offset"]``.
+
+    Identical inputs on a thread share one encoding (and offset).
+    """
+    records["input_offset"] = NO_INPUTS
+    blobs: List[List[int]] = [[] for _ in range(n_threads)]
+    offsets: List[Dict[str, int]] = [{} for _ in range(n_threads)]
+    encoded: Dict[str, List[int]] = {}
+    rows = [i for i, a in enumerate(args) if "Input Dims" in a or "Input type" in a]
+    threads = thread_index[rows].tolist()
+    found: List[int] = []
+    for i, t in zip(rows, threads):
+        a = args[i]
+        try:
+            values = _INPUT_FIELDS(a)
+        except KeyError:
+            values = tuple(a.get(k) for k in _INPUT_KEYS)
+        key = _signature_key(values)
+        off = offsets[t].get(key)
+        if off is None:
+            enc = encoded.get(key)
+            if enc is None:
+                enc = encoded[key] = encode_trace_inputs(*values)
+            off = offsets[t][key] = len(blobs[t])
+            blobs[t].extend(enc)
+        found.append(off)
+    if rows:
+        records["input_offset"][rows] = found
+    return [np.array(b, dtype=np.int64) for b in blobs]
+
+
+def _settings(doc: Dict[str, Any]):
+    """Options (the flag keys) and metadata (other top-level keys, as JSON text)."""
+    options = {name: bool(doc.get(name)) for name in OPTION_NAMES}
+    metadata: Dict[str, str] = {}
+    for key, value in doc.items():
+        if key in FORMAT_KEYS or not isinstance(key, str):
+            continue
+        if key in OPTION_NAMES:
+            if options[key]:
+                metadata[key] = "1"  # as opscope.profile records it
+            continue
+        try:
+            metadata[key] = json.dumps(value, allow_nan=False)
+        except ValueError:
+            continue
+    return options, metadata
+
+
+def _memory_events(events: List[dict], origin_us: int, path: str) -> List[Dict[str, Any]]:
+    """``[memory]`` instants as dicts: ``ts_ns`` (session clock), ``pid``, ``tid`` and the args."""
+    if not events:
+        return []
+    ts = _ns(_numbers([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
+    out = []
+    for e, t in zip(events, ts):
+        item: Dict[str, Any] = {"ts_ns": t, "pid": e.get("pid"), "tid": e.get("tid")}
+        a = e.get("args")
+        if isinstance(a, dict):
+            item.update((k, v) for k, v in a.items() if k != "Ev Idx")
+        out.append(item)
+    return out
+
+
+def _module_args(ops: List[dict], args: List[dict],
+                 user_rows: np.ndarray) -> Dict[str, Dict[str, Any]]:
+    """Args of the ranges that mark an ``nn.Module`` call, by range name."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for i in user_rows.tolist():
+        if "Module Class" in args[i]:
+            out.setdefault(str(ops[i].get("name")), args[i])
+    return out

@@ -1,0 +1,186 @@
+"""Load a saved trace (opscope's or torch.profiler's) back into a ProfileSession.
+
+``load_session(path)`` reads a ``.json`` or ``.json.gz`` Chrome trace, or a
+folder written by ``tensorboard_trace_handler`` (then the newest
+``*.pt.trace.json[.gz]`` in it, by modification time), rebuilds the op and
+range events as a ``RawSession`` and analyses it with the same
+``build_session`` a live profile uses. So every analysis, table and export
+works on it as on a live session. For opscope's own traces times round-trip
+to the nanosecond, so ``key_averages`` tables come out identical.
+
+Any problem with the file raises :class:`TraceLoadError` (a ``ValueError``)
+with a one-line message naming the file.
+
+Layering note: this module lives in ``model/`` (the loader is a data source,
+like a collector) but ends by calling ``analysis.build.build_session``.
+
+Example::
+
+    >>> import json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(path, "w").write(json.dumps({"record_shapes": 1, "traceEvents": [
+    ...     {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 2,
+    ...      "ts": 0, "dur": 10},
+    ...     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2,
+    ...      "ts": 1, "dur": 5}]}))
+    >>> s = load_session(path)
+    >>> [s.table.name(i) for i in range(len(s.table))], s.table.self_ns.tolist()
+    (['step', 'aten::mm'], [5000, 5000])
+    >>> s.options["record_shapes"], s.source_path == path
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+
+from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.session import ProfileSession
+from opscope.model.trace_events import TraceContents, trace_contents
+from opscope.model.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
+
+BACKWARD_WRAPPER_PREFIX = "autograd::engine::evaluate_function: "
+
+__all__ = ["LoadedSession", "TraceLoadError", "load_session", "resolve_trace_path"]
+
+
+@dataclass
+class LoadedSession(ProfileSession):
+    """A ProfileSession read from a trace file, plus what the file held beside the ops.
+
+    - ``source_path``: the file read (for a folder, the trace chosen in it);
+    - ``memory_events``: the ``[memory]`` instant events, one dict each, with
+      ``ts_ns`` (the session's clock, like ``table.start_ns``), ``pid``, ``tid``
+      and the trace's args (``Bytes``, ``Total Allocated``, ``Total Reserved``,
+      ``Addr``, ``Device Type``, ``Device Id``, ...);
+    - ``python_function_rows``: per table row, True where it came from a
+      ``python_function`` event (torch's ``with_stack`` traces), which count as
+      events in ``key_averages`` as torch counts them;
+    - ``modules``: range name -> ``ModuleInfo`` for the ranges that mark an
+      ``nn.Module`` forward (``with_modules``; see ``opscope.model.modules``);
+    - ``thread_names``: OS thread id -> name from the trace's metadata events.
+    """
+
+    source_path: str = ""
+    memory_events: List[Dict[str, Any]] = field(default_factory=list)
+    python_function_rows: Optional[np.ndarray] = None
+    modules: Dict[str, Any] = field(default_factory=dict)
+    thread_names: Dict[int, str] = field(default_factory=dict)
+
+
+def load_session(path: "str | os.PathLike[str]") -> LoadedSession:
+    """Read the trace at ``path`` (file or folder) into an analysed session.
+
+    Raises :class:`TraceLoadError` naming the file when it is missing, is not
+    a trace (not JSON, no ``traceEvents`` list, bad event times) or is a
+    truncated gzip.
+    """
+    from opscope.analysis.build import build_session
+
+    file = resolve_trace_path(path)
+    with _collection_paused():
+        doc = read_trace_document(file)
+        contents = trace_contents(doc, file)
+        del doc  # the events are in columns now; free the parsed JSON early
+    session = build_session(contents.raw, options=contents.options, metadata=contents.metadata)
+    mark_backward_nodes(session.table)
+    return LoadedSession(
+        table=session.table, options=session.options, metadata=session.metadata,
+        process_id=session.process_id, start_ns=session.start_ns, stop_ns=session.stop_ns,
+        epoch_offset_ns=session.epoch_offset_ns, collector=session.collector,
+        trace_name=file, stacks=_stacks_of_rows(contents, len(session.table)),
+        source_path=file, memory_events=contents.memory_events,
+        python_function_rows=_rows_named(session.table, contents.python_function_names),
+        modules=_modules(contents), thread_names=contents.thread_names)
+
+
+def _rows_named(table, names: List[str]) -> np.ndarray:
+    ids = [i for i in (table.symbols.id_of(n) for n in names) if i is not None]
+    return np.isin(table.name_id, ids) if ids else np.zeros(len(table), dtype=bool)
+
+
+def _modules(contents: TraceContents) -> Dict[str, Any]:
+    if not contents.module_args:
+        return {}
+    from opscope.model.modules import module_info_from_trace_args
+
+    out = {}
+    for name, args in contents.module_args.items():
+        info = module_info_from_trace_args(name, args)
+        if info is not None:
+            out[name] = info
+    return out
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of JSON objects are made.
+
+    They form no cycles, yet each allocation burst triggers full collections
+    over the growing heap: pausing halves the time to parse a large trace.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def mark_backward_nodes(table) -> None:
+    """Give autograd nodes without a sequence number their backward scope back.
+
+    The trace marks a backward node only by its ``Fwd thread id``, which is
+    written only with a sequence number; a node without one (``AccumulateGrad``)
+    is recognised as a child named like its
+    ``autograd::engine::evaluate_function: <node>`` parent.
+    """
+    if len(table) == 0:
+        return
+    names = table.symbols.names
+    wrapper_of = np.full(len(names), -1, dtype=np.int64)
+    for node_id, name in enumerate(names):
+        wrapper = table.symbols.id_of(BACKWARD_WRAPPER_PREFIX + name)
+        if wrapper is not None:
+            wrapper_of[node_id] = wrapper
+    has = (table.parent >= 0) & (table.scope == SCOPE_FUNCTION)
+    rows = np.flatnonzero(has)
+    expected = wrapper_of[table.name_id[rows]]
+    match = (expected >= 0) & (table.name_id[table.parent[rows]] == expected)
+    table.scope[rows[match]] = SCOPE_BACKWARD_FUNCTION
+
+
+def kept_records(contents: TraceContents) -> np.ndarray:
+    """Indices of the records ``build_session`` keeps, in table order.
+
+    The records are already in table order; ``build_session`` only drops
+    utility ops and folds same-name only-children, and this repeats exactly
+    those two steps.
+    """
+    from opscope.analysis.aggregate import filtered_mask
+    from opscope.analysis.tree import assign_parents, fold_duplicate_children
+    from opscope.model.events import EventTable
+
+    table = EventTable.from_raw(contents.raw)
+    keep = filtered_mask(table)
+    rows = np.flatnonzero(keep)
+    if not keep.all():
+        table = table.take(keep)
+    folded = fold_duplicate_children(table, assign_parents(table))
+    return rows[folded]
+
+
+def _stacks_of_rows(contents: TraceContents, n_rows: int) -> Optional[List[Optional[List[str]]]]:
+    if contents.stacks is None:
+        return None
+    rows = kept_records(contents)
+    if len(rows) != n_rows:  # cannot happen while build_session keeps its two steps
+        return None
+    return [contents.stacks[i] for i in rows.tolist()]

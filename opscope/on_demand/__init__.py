@@ -1,0 +1,204 @@
+"""On-demand profiling: profile a running training process from outside, when asked.
+
+A process that calls ``opscope.enable_on_demand()`` (or imports opscope with
+``OPSCOPE_ON_DEMAND=1`` set) runs with no profiling overhead. Then, from
+another shell::
+
+    opscope trigger PID --steps 5 -o traces/
+
+profiles its next 5 optimizer steps, writes the Chrome trace into
+``traces/`` and prints the file's path; the process goes back to running
+unprofiled. The trigger is a signal (``SIGUSR2`` unless
+``OPSCOPE_ON_DEMAND_SIGNAL`` names another) plus request files in a private
+control folder (:mod:`opscope.on_demand.control`); no network port is opened.
+
+A program that never imports opscope is started through the launcher, which
+enables on-demand profiling and runs it as ``__main__``::
+
+    python -m opscope.on_demand train.py --epochs 3
+
+Example::
+
+    >>> import opscope
+    >>> opscope.enable_on_demand()
+    >>> opscope.on_demand.is_enabled()
+    True
+    >>> opscope.disable_on_demand()
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal as signal_module
+import threading
+from typing import Any, Optional, Union
+
+from opscope.on_demand import control
+from opscope.on_demand.agent import OnDemandAgent
+
+ENABLE_ENV = "OPSCOPE_ON_DEMAND"
+SIGNAL_ENV = "OPSCOPE_ON_DEMAND_SIGNAL"
+DEFAULT_SIGNAL_NAME = "SIGUSR2"
+
+_lock = threading.Lock()
+_agent: Optional[OnDemandAgent] = None
+_listener_id: Optional[int] = None
+_previous_handler: Any = None
+_signal_number: Optional[int] = None
+_atexit_registered = False
+
+
+def resolve_signal(value: Union[None, int, str] = None) -> int:
+    """The signal number to listen on: ``value``, else ``$OPSCOPE_ON_DEMAND_SIGNAL``, else SIGUSR2.
+
+    Accepts a number or a name with or without ``SIG`` (``"USR1"``).
+
+    >>> resolve_signal("usr1") == signal_module.SIGUSR1
+    True
+    """
+    if value is None:
+        value = os.environ.get(SIGNAL_ENV, "").strip() or DEFAULT_SIGNAL_NAME
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, str):
+        name = value.upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        number = getattr(signal_module, name, None)
+        if not isinstance(number, int) or name.startswith("SIG_"):
+            raise ValueError(f"on-demand signal: unknown signal name {value!r}; "
+                             f"expected e.g. SIGUSR2 or SIGUSR1")
+        return int(number)
+    number = int(value)
+    if number in (int(signal_module.SIGKILL), int(signal_module.SIGSTOP)) or number <= 0:
+        raise ValueError(f"on-demand signal: {number} cannot be caught; expected e.g. SIGUSR2")
+    return number
+
+
+def is_enabled() -> bool:
+    """True while this process serves on-demand requests."""
+    return _agent is not None
+
+
+def enable_on_demand(signal: Union[None, int, str] = None) -> None:  # noqa: A002
+    """Let ``opscope trigger <this pid>`` profile this process's next optimizer steps.
+
+    Call it from the main thread (signal handlers live there). ``signal``
+    picks the signal (default ``$OPSCOPE_ON_DEMAND_SIGNAL`` or SIGUSR2); one
+    that already has a handler is refused, so nothing of the program's is
+    replaced. Calling it again does nothing. The native collector is loaded
+    now (compiled on first use), so a trigger does not pause training for it.
+    """
+    global _agent, _listener_id, _previous_handler, _signal_number, _atexit_registered
+    number = resolve_signal(signal)
+    with _lock:
+        if _agent is not None and _agent.pid == os.getpid():
+            return
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("opscope.enable_on_demand() must be called from the main thread "
+                               "(Python runs signal handlers there)")
+        current = signal_module.getsignal(number)
+        if current not in (signal_module.SIG_DFL, signal_module.SIG_IGN, None):
+            name = signal_module.Signals(number).name
+            raise RuntimeError(f"opscope.enable_on_demand: {name} already has a handler in this "
+                               f"program; pick a free signal with {SIGNAL_ENV}=SIGUSR1 or "
+                               f"enable_on_demand(signal=...)")
+        from opscope.step_tracker import StepTracker, track_optimizer_steps
+
+        _warm_up_collector()
+        agent = OnDemandAgent(os.getpid())
+        control.register(agent.pid, number)
+        _previous_handler = current
+        signal_module.signal(number, agent.on_signal)
+        track_optimizer_steps()
+        _listener_id = StepTracker.add_listener(agent.on_step)
+        _signal_number = number
+        _agent = agent
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _atexit_registered = True
+
+
+def disable_on_demand() -> None:
+    """Stop serving requests; a window being recorded is written first."""
+    global _agent, _listener_id, _signal_number
+    with _lock:
+        agent = _agent
+        if agent is None:
+            return
+        _agent = None
+        control.unregister(agent.pid)
+        from opscope.step_tracker import StepTracker
+
+        if _listener_id is not None:
+            StepTracker.remove_listener(_listener_id)
+            _listener_id = None
+        if _signal_number is not None and agent.pid == os.getpid():
+            signal_module.signal(_signal_number, _previous_handler or signal_module.SIG_DFL)
+        _signal_number = None
+    agent.on_exit()
+
+
+def _forget_in_child() -> None:
+    """After fork: the child is not the registered process; it serves nothing."""
+    global _agent, _listener_id, _signal_number
+    if _agent is None:
+        return
+    from opscope.step_tracker import StepTracker
+
+    if _listener_id is not None:  # no lock: another thread may have held it at fork
+        StepTracker._listeners.pop(_listener_id, None)
+    _agent, _listener_id, _signal_number = None, None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _at_exit() -> None:
+    if _agent is not None and _agent.pid == os.getpid():
+        disable_on_demand()
+
+
+def _warm_up_collector() -> None:
+    try:
+        from opscope.collect import requested_collector
+
+        if requested_collector() != "python":
+            from opscope.collect.native_build import load_native
+
+            load_native()
+    except Exception:  # noqa: BLE001  (the trigger reports collector problems)
+        pass
+
+
+def enable_from_environment() -> bool:
+    """Enable on-demand profiling when ``$OPSCOPE_ON_DEMAND`` is 1/true/yes/on.
+
+    ``import opscope`` calls this. It is skipped in multiprocessing children
+    (DataLoader workers and the like): they inherit the variable but run no
+    training steps. Problems become a warning, so the import never fails.
+    """
+    value = os.environ.get(ENABLE_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    import warnings
+
+    if value not in ("1", "true", "yes", "on"):
+        warnings.warn(f"{ENABLE_ENV}={value!r} not understood; expected 1 or 0", RuntimeWarning)
+        return False
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return False
+    try:
+        enable_on_demand()
+    except (RuntimeError, ValueError, OSError) as exc:
+        warnings.warn(f"{ENABLE_ENV}=1: on-demand profiling is not enabled: {exc}",
+                      RuntimeWarning)
+        return False
+    return True
+
+
+__all__ = ["enable_on_demand", "disable_on_demand", "is_enabled", "enable_from_environment",
+           "resolve_signal"]

@@ -1,0 +1,169 @@
+"""The part of on-demand profiling that lives in the training process.
+
+Idle, it costs nothing but a signal handler and the step tracker's optimizer
+post-hook: no collector is loaded into the op path. When ``opscope trigger``
+signals, the handler takes the request from the control folder and *arms*
+the agent; at the next optimizer step it starts an ``opscope.profile``, lets
+``steps`` more optimizer steps run, stops, and writes the Chrome trace (on a
+background thread, so training goes on) as ``<host>_<pid>.<time_ns>.pt.trace.json``,
+the name ``tensorboard_trace_handler`` gives. Then it answers the request
+with the trace's path and is idle again.
+
+Example::
+
+    >>> agent = OnDemandAgent(pid=1)
+    >>> agent.state
+    'idle'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from opscope.on_demand import control
+
+
+class _Window:
+    """One request being served: the running profiler and the steps left."""
+
+    def __init__(self, request: Dict[str, Any], profiler: Any, first_step: int):
+        self.request = request
+        self.profiler = profiler
+        self.first_step = first_step
+        self.remaining = int(request["steps"])
+
+
+class OnDemandAgent:
+    """Serves trigger requests for process ``pid`` at optimizer-step boundaries."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._armed: List[Dict[str, Any]] = []  # requests waiting for the next step
+        self._window: Optional[_Window] = None
+        self._writers: List[threading.Thread] = []
+
+    @property
+    def state(self) -> str:
+        """``"idle"``, ``"armed"`` (waiting for a step) or ``"recording"``."""
+        if self._window is not None:
+            return "recording"
+        return "armed" if self._armed else "idle"
+
+    # -- entry points: signal handler, step listener, exit --------------------------------
+    def on_signal(self, signum: int = 0, frame: Any = None) -> None:
+        """Take this process's requests from the control folder and arm for the next step."""
+        if os.getpid() != self.pid:  # a forked child inherited the handler: not its requests
+            return
+        try:
+            requests = control.take_requests(self.pid)
+        except OSError:
+            return
+        for request in requests:
+            if not _valid_request(request):
+                self._answer(request, status="error",
+                             message="malformed request (steps and output_dir are required)")
+            elif self._window is not None or self._armed:
+                self._answer(request, status="error",
+                             message="busy: this process is already serving a request; "
+                                     "trigger again when it is done")
+            else:
+                self._armed.append(request)
+
+    def on_step(self, step: int) -> None:
+        """Called with the new global step after each optimizer step."""
+        window = self._window
+        if window is not None:
+            window.remaining -= 1
+            if window.remaining <= 0:
+                self._finish(window, step)
+            return
+        if self._armed:
+            self._begin(self._armed.pop(0), step)
+
+    def on_exit(self) -> None:
+        """At interpreter exit: write what was recorded, answer what is still waiting."""
+        window = self._window
+        if window is not None:
+            done = int(window.request["steps"]) - window.remaining
+            self._finish(window, None, in_background=False,
+                         note=f"the process exited after {done} of "
+                              f"{window.request['steps']} steps")
+        for request in self._armed:
+            self._answer(request, status="error",
+                         message="the process exited before its next optimizer step")
+        self._armed = []
+        for writer in self._writers:
+            writer.join()
+
+    # -- a window -------------------------------------------------------------------------
+    def _begin(self, request: Dict[str, Any], step: int) -> None:
+        from opscope.profiler import profile
+
+        try:
+            options = {k: bool(v) for k, v in request.get("options", {}).items()}
+            prof = profile(**options)
+            prof.start()
+        except Exception as exc:  # noqa: BLE001  (answered to the trigger instead)
+            self._answer(request, status="error", message=f"cannot start profiling: {exc}")
+            return
+        try:
+            prof.add_metadata_json("onDemand", json.dumps({
+                "request": request["id"], "steps": int(request["steps"]), "first_step": step + 1}))
+        except Exception:  # noqa: BLE001  (metadata is a nicety)
+            pass
+        self._window = _Window(request, prof, step + 1)
+
+    def _finish(self, window: _Window, step: Optional[int], in_background: bool = True,
+                note: Optional[str] = None) -> None:
+        self._window = None
+        try:
+            window.profiler.stop()
+            session = window.profiler.session
+        except Exception as exc:  # noqa: BLE001
+            self._answer(window.request, status="error", message=f"profiling failed: {exc}")
+            return
+        steps = int(window.request["steps"]) - max(window.remaining, 0)
+        if in_background:
+            writer = threading.Thread(target=self._write, name="opscope-on-demand-writer",
+                                      args=(window, session, steps, note))
+            self._writers = [w for w in self._writers if w.is_alive()] + [writer]
+            writer.start()
+        else:
+            self._write(window, session, steps, note)
+
+    def _write(self, window: _Window, session: Any, steps: int, note: Optional[str]) -> None:
+        from opscope.export.chrome_trace import write_chrome_trace
+
+        request = window.request
+        try:
+            folder = request["output_dir"]
+            os.makedirs(folder, exist_ok=True)
+            name = f"{socket.gethostname()}_{self.pid}.{time.time_ns()}.pt.trace.json"
+            if request.get("gzip"):
+                name += ".gz"
+            path = write_chrome_trace(session, os.path.join(folder, name))
+        except Exception as exc:  # noqa: BLE001
+            self._answer(request, status="error", message=f"cannot write the trace: {exc}")
+            return
+        fields: Dict[str, Any] = {"status": "ok", "trace": path, "steps": steps,
+                                  "first_step": window.first_step}
+        if note:
+            fields["note"] = note
+        self._answer(request, **fields)
+
+    def _answer(self, request: Dict[str, Any], **fields: Any) -> None:
+        try:
+            control.write_result(self.pid, str(request.get("id", "unknown")), **fields)
+        except OSError:
+            pass  # the trigger reports the missing answer when it times out
+
+
+def _valid_request(request: Dict[str, Any]) -> bool:
+    steps = request.get("steps")
+    return (isinstance(steps, int) and steps >= 1
+            and isinstance(request.get("output_dir"), str) and bool(request["output_dir"]))

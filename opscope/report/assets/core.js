@@ -1,0 +1,123 @@
+// opscope report: shared helpers, the page header and the tab switcher.
+// Everything is built with DOM calls and textContent, never innerHTML, so names
+// from the trace cannot inject markup.
+"use strict";
+const DATA = JSON.parse(document.getElementById("opscope-data").textContent);
+const VIEWS = {};   // view name -> render(section), filled by the other scripts
+const report = window.opscopeReport = { data: DATA, rendered: {}, errors: [] };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// Units as torch.profiler's table prints them.
+function fmtUs(us) {
+  if (us === null || us === undefined || !isFinite(us)) return "";
+  const a = Math.abs(us);
+  if (a >= 1e6) return (us / 1e6).toFixed(3) + "s";
+  if (a >= 1e3) return (us / 1e3).toFixed(3) + "ms";
+  return us.toFixed(3) + "us";
+}
+function fmtPct(part, total) { return total ? (100 * part / total).toFixed(2) + "%" : "NaN"; }
+function fmtBytes(b) {
+  const units = [["GB", 1024 ** 3], ["MB", 1024 ** 2], ["KB", 1024]];
+  for (const [name, size] of units) if (Math.abs(b) >= size) return (b / size).toFixed(2) + " " + name;
+  return b + " B";
+}
+function fmtCount(x, unit) {
+  const prefixes = ["", "K", "M", "G", "T", "P"];
+  let k = 0;
+  while (Math.abs(x) >= 1000 && k < prefixes.length - 1) { x /= 1000; k++; }
+  return (k ? x.toFixed(2) : String(Math.round(x))) + " " + prefixes[k] + unit;
+}
+
+const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
+                 "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#2f4b7c", "#a05195"];
+const CATEGORY_COLORS = {
+  "matmul/conv": "#4e79a7", "copy/cast": "#e15759", "allocation": "#bab0ac",
+  "view/reshape": "#d4a6c8", "norm/reduce": "#76b7b2", "elementwise": "#59a14f",
+  "other ops": "#9c755f", "backward": "#f28e2b", "optimizer": "#edc948",
+  "data loading": "#b07aa1", "Python/other": "#86bcb6", "idle": "#e8e8e8",
+};
+function hashColor(name) {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0;
+  const hue = Math.abs(h) % 360;
+  return `hsl(${hue}, 55%, ${62 + (Math.abs(h >> 8) % 14)}%)`;
+}
+
+const tooltip = document.getElementById("tooltip");
+function showTip(event, text) {
+  tooltip.textContent = text;
+  tooltip.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - tooltip.offsetWidth - 6);
+  const y = Math.min(event.clientY + 14, window.innerHeight - tooltip.offsetHeight - 6);
+  tooltip.style.left = Math.max(0, x) + "px";
+  tooltip.style.top = Math.max(0, y) + "px";
+}
+function hideTip() { tooltip.hidden = true; }
+
+function notRecorded(what, how) {
+  return el("div", { class: "notrecorded" }, el("b", { text: what + ": not recorded" }),
+            el("div", { text: how }));
+}
+
+// A canvas sized for the device pixel ratio; returns its 2d context scaled to CSS pixels.
+function fitCanvas(canvas, width, height) {
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = Math.max(1, Math.round(width * ratio));
+  canvas.height = Math.max(1, Math.round(height * ratio));
+  canvas.style.width = width + "px";
+  canvas.style.height = height + "px";
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  return ctx;
+}
+
+function showView(name) {
+  if (!VIEWS[name]) name = "overview";
+  for (const button of document.querySelectorAll("#tabs button"))
+    button.classList.toggle("active", button.dataset.view === name);
+  for (const section of document.querySelectorAll(".view"))
+    section.classList.toggle("active", section.id === "view-" + name);
+  const section = document.getElementById("view-" + name);
+  if (!report.rendered[name]) {
+    report.rendered[name] = true;
+    VIEWS[name](section);
+  }
+  report.current = name;
+  if (location.hash !== "#" + name) history.replaceState(null, "", "#" + name);
+}
+report.show = showView;
+
+function renderHeader() {
+  const m = DATA.meta;
+  document.getElementById("title").textContent = m.title;
+  const on = Object.entries(m.options).filter(([, v]) => v).map(([k]) => k);
+  document.getElementById("meta").textContent =
+    `${m.events.toLocaleString()} events on ${m.threads} thread(s) · window ${fmtUs(m.window_us)}` +
+    ` · collector ${m.collector} · pid ${m.process_id}` +
+    (m.started ? ` · recorded ${m.started}` : "") +
+    ` · options: ${on.length ? on.join(", ") : "none"} · opscope ${m.version}`;
+  for (const button of document.querySelectorAll("#tabs button"))
+    button.addEventListener("click", () => showView(button.dataset.view));
+}
+
+window.addEventListener("load", () => {
+  renderHeader();
+  showView((location.hash || "#overview").slice(1));
+  report.ready = true;
+});
+window.addEventListener("hashchange", () => showView(location.hash.slice(1)));

@@ -1,0 +1,109 @@
+"""What a session may carry beyond times: FLOPs, memory, modules.
+
+These come from optional recording (``with_flops``, ``profile_memory``,
+``with_modules``). Each function returns None when the session holds no such
+data, and the report then says "not recorded".
+
+- FLOPs: ``session.flops`` (per event, from ``opscope.analysis.flops``).
+- Modules: ``opscope.analysis.modules.module_rows`` when ``session.modules``.
+- Memory: per-event usage from ``session.self_cpu_memory``/``cpu_memory``
+  arrays, and the timeline from the ``[memory]`` events of a loaded trace
+  (``memory_events``: ``ts_ns`` and ``Total Allocated`` per allocation).
+
+Example::
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> from opscope.model.session import ProfileSession
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> event_flops(s) is None, event_memory(s) is None, memory_timeline(s) is None
+    (True, True, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from opscope.model.session import ProfileSession
+
+MEMORY_POINTS = 4000
+TOP_MODULES = 10
+
+
+def _aligned(session: ProfileSession, name: str) -> Optional[np.ndarray]:
+    values = getattr(session, name, None)
+    if values is None or len(values) != len(session.table):
+        return None
+    return np.asarray(values)
+
+
+def event_flops(session: ProfileSession) -> Optional[np.ndarray]:
+    """Per-event FLOPs (table order), or None when FLOPs were not estimated."""
+    return _aligned(session, "flops")
+
+
+def event_memory(session: ProfileSession) -> Optional[Dict[str, np.ndarray]]:
+    """Per-event ``cpu_memory_usage``/``self_cpu_memory_usage`` arrays, or None."""
+    self_mem = _aligned(session, "self_cpu_memory")
+    if self_mem is None:
+        return None
+    total = _aligned(session, "cpu_memory")
+    return {"self_cpu_memory_usage": self_mem.astype(np.float64),
+            "cpu_memory_usage": (total if total is not None else self_mem).astype(np.float64)}
+
+
+def memory_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
+    """The memory view: allocated bytes over time (us since the session start) and the peak.
+
+    Points are decimated to about ``MEMORY_POINTS``, keeping each bucket's
+    highest value so the peak stays visible.
+    """
+    events = getattr(session, "memory_events", None)
+    if not events:
+        return None
+    ts, total = [], []
+    for e in events:
+        value = e.get("Total Allocated")
+        if isinstance(value, (int, float)) and isinstance(e.get("ts_ns"), (int, float)):
+            ts.append(e["ts_ns"])
+            total.append(value)
+    if not ts:
+        return None
+    t = (np.asarray(ts, dtype=np.float64) - session.table.base_ns) / 1000.0
+    v = np.asarray(total, dtype=np.float64)
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], v[order]
+    peak = int(np.argmax(v))
+    peak_bytes, peak_time = int(v[peak]), float(t[peak])
+    if len(t) > MEMORY_POINTS:
+        bucket = np.minimum((np.arange(len(t)) * MEMORY_POINTS) // len(t), MEMORY_POINTS - 1)
+        starts = np.flatnonzero(np.diff(bucket, prepend=-1))
+        best = starts + np.array([np.argmax(seg) for seg in np.split(v, starts[1:])])
+        t, v = t[best], v[best]
+    return {"times_us": np.round(t, 3).tolist(), "categories": ["allocated (CPU)"],
+            "series": [v.astype(np.int64).tolist()], "peak_bytes": peak_bytes,
+            "peak_time_us": round(peak_time, 3),
+            "note": f"{len(events)} allocation events; total allocated after each one."}
+
+
+def module_view(session: ProfileSession) -> Optional[Dict[str, Any]]:
+    """The module tree (pre-order, with depth) with forward and backward time, or None."""
+    if not getattr(session, "modules", None):
+        return None
+    from opscope.analysis.modules import module_rows
+
+    rows = module_rows(session, flops=event_flops(session))
+    if not rows:
+        return None
+    nodes: List[Dict[str, Any]] = []
+    for row in rows:
+        nodes.append({"name": row.key, "type": row.class_name, "path": row.hierarchy,
+                      "depth": row.depth, "leaf": not row.children, "calls": row.count,
+                      "params": row.parameters, "flops": int(row.flops),
+                      "forward_us": round(row.forward_time_total, 3),
+                      "backward_us": round(row.backward_time_total, 3),
+                      "self_us": round(row.self_cpu_time_total, 3)})
+    top = sorted(nodes, key=lambda n: -n["self_us"])[:TOP_MODULES]
+    return {"nodes": nodes, "top": top}

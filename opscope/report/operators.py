@@ -1,0 +1,138 @@
+"""The Operators view: ``key_averages()`` rows plus per-op details.
+
+The rows are exactly ``opscope.analysis.aggregate.key_averages`` over the
+session (same keys, same order, same counts), so the page shows what
+``prof.key_averages().table()`` prints. Per row, the details hold the most
+frequent input shapes (with ``record_shapes``), the ranges and ops it was
+called from, and its Python call sites (with ``with_stack``), each capped.
+
+Example::
+
+    >>> import numpy as np
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession, records_from_rows
+    >>> rows = [(0, 50_000, -1, 0, 0, 0, 1, 0xFFFFFFFF, 7, 0, 0),
+    ...         (10_000, 30_000, -1, 1, 0, 0, 1, 0xFFFFFFFF, 0, 0, 0)]
+    >>> raw = RawSession(records_from_rows(rows), [], [1], ["step", "aten::mm"], 0, 60_000, 0)
+    >>> ops = operator_rows(build_session(raw))
+    >>> [(r["name"], r["calls"], r["self_us"]) for r in ops["rows"]]
+    [('step', 1, 30.0), ('aten::mm', 1, 20.0)]
+    >>> ops["rows"][1]["callers"]
+    [['step', 1, 20.0]]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from opscope.analysis.aggregate import display_name_ids, key_averages
+from opscope.model.records import SCOPE_USER
+from opscope.model.session import ProfileSession
+from opscope.report.extras import event_flops, event_memory
+
+DETAIL_LIMIT = 8  # shapes, callers, call sites shown per op
+STACK_FRAMES = 12  # innermost frames kept per call site
+
+
+def _round(x: float) -> float:
+    return round(float(x), 3)
+
+
+def operator_rows(session: ProfileSession) -> Dict[str, Any]:
+    """Rows of the operator table and the flags saying which columns have data."""
+    table = session.table
+    flops = event_flops(session)
+    memory = event_memory(session)
+    rows = key_averages(table, memory=memory, flops=flops)
+    names = display_name_ids(table)
+    is_user = (table.scope == SCOPE_USER).astype(np.int64)
+    row_key = names * 2 + is_user
+    # key_averages' grouping: one row per key, rows ordered by each key's first event
+    event_row = np.zeros(0, dtype=np.int64)
+    if len(table):
+        _, first, group = np.unique(row_key, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        event_row = rank[group.reshape(-1)]
+
+    shapes = _shape_details(session, event_row, len(rows)) if session.options.get(
+        "record_shapes") or _any_inputs(table) else None
+    callers = _caller_details(session, event_row, len(rows))
+    sites = _stack_details(session, event_row, len(rows)) if session.stacks else None
+    out: List[Dict[str, Any]] = []
+    self_total = float(table.self_ns.sum()) / 1000.0 if len(table) else 0.0
+    for r, row in enumerate(rows):
+        out.append({
+            "name": row.key, "calls": row.count, "self_us": _round(row.self_cpu_time_total),
+            "total_us": _round(row.cpu_time_total), "user": bool(row.is_user_annotation),
+            "flops": int(row.flops), "cpu_mem": int(row.cpu_memory_usage),
+            "self_cpu_mem": int(row.self_cpu_memory_usage),
+            "shapes": shapes[r] if shapes is not None else None,
+            "callers": callers[r],
+            "stacks": sites[r] if sites is not None else None,
+        })
+    return {"rows": out, "self_total_us": _round(self_total),
+            "has_shapes": shapes is not None, "has_stacks": sites is not None,
+            "has_flops": flops is not None, "has_memory": memory is not None}
+
+
+def _any_inputs(table) -> bool:
+    from opscope.model.records import NO_INPUTS
+
+    return bool(len(table)) and bool((table.input_offset != NO_INPUTS).any())
+
+
+def _top_groups(event_row: np.ndarray, label: np.ndarray, weights: np.ndarray, n_rows: int,
+                limit: int) -> List[List[tuple]]:
+    """Per row, up to ``limit`` (label, count, weight sum) by weight, largest first."""
+    out: List[List[tuple]] = [[] for _ in range(n_rows)]
+    valid = label >= 0
+    if not valid.any():
+        return out
+    span = int(label[valid].max()) + 1
+    pair = event_row[valid] * span + label[valid]
+    uniq, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=weights[valid])
+    rank = np.lexsort((-sums, uniq // span))
+    for g in rank.tolist():
+        r = int(uniq[g] // span)
+        if len(out[r]) < limit:
+            out[r].append((int(uniq[g] % span), int(counts[g]), float(sums[g])))
+    return out
+
+
+def _shape_details(session: ProfileSession, event_row: np.ndarray, n_rows: int) -> List[list]:
+    sig, decoded = session.table.input_signatures()
+    texts = [str(rec.shapes) for rec in decoded]
+    groups = _top_groups(event_row, sig, session.table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
+    return [[[texts[k], c, _round(w)] for k, c, w in g] for g in groups]
+
+
+def _caller_details(session: ProfileSession, event_row: np.ndarray, n_rows: int) -> List[list]:
+    table = session.table
+    if len(table) == 0:
+        return [[] for _ in range(n_rows)]
+    names = display_name_ids(table)
+    parent = table.parent
+    label = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
+    groups = _top_groups(event_row, label, table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
+    sym = table.symbols
+    return [[[sym[k], c, _round(w)] for k, c, w in g] for g in groups]
+
+
+def _stack_details(session: ProfileSession, event_row: np.ndarray,
+                   n_rows: int) -> Optional[List[list]]:
+    stacks = session.stacks or []
+    ids: Dict[tuple, int] = {}
+    label = np.full(len(event_row), -1, dtype=np.int64)
+    for i, frames in enumerate(stacks):
+        if frames:
+            label[i] = ids.setdefault(tuple(frames[:STACK_FRAMES]), len(ids))
+    if not ids:
+        return None
+    frames_of = list(ids)
+    groups = _top_groups(event_row, label, session.table.self_ns / 1000.0, n_rows,
+                         DETAIL_LIMIT)
+    return [[[list(frames_of[k]), c, _round(w)] for k, c, w in g] for g in groups]

@@ -1,0 +1,214 @@
+"""Rule-based advice, each item citing the numbers that triggered it.
+
+Every rule reads the aggregates the report already computed (the step
+breakdown, the operator rows) plus a few vectorised counts over the table,
+and returns None or a ``Recommendation``. ``RULES`` lists them in the order
+the page shows them.
+
+Example::
+
+    >>> r = Recommendation("data", "Data loading", "use workers", ["12% of step time"])
+    >>> r.as_dict()["evidence"]
+    ['12% of step time']
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from opscope.model.session import ProfileSession
+from opscope.report.categories import DATA_LOADING, OPTIMIZER, is_op_name, op_kind
+
+DATA_LOADING_SHARE = 0.05
+SHORT_OP_US = 10.0
+SHORT_OP_TIME_SHARE = 0.5
+SHORT_OP_COUNT_SHARE = 0.8
+COPY_NAMES = ("aten::copy_", "aten::to", "aten::_to_copy")
+COPY_CALLS_PER_STEP = 50
+SMALL_COPY_US = 20.0
+OPTIMIZER_SHARE = 0.2
+STEP_SPREAD = 1.5
+SHAPE_KINDS = ("matmul/conv",)
+
+
+@dataclass
+class Recommendation:
+    """One piece of advice: what, why, and the measured numbers behind it."""
+
+    id: str
+    title: str
+    advice: str
+    evidence: List[str] = field(default_factory=list)
+    severity: str = "medium"
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Facts:
+    """What the rules read: the session and the report's aggregates."""
+
+    session: ProfileSession
+    overview: Dict[str, Any]
+    operators: Dict[str, Any]
+
+    def share(self, category: str) -> tuple:
+        """(time in ``category``, total step time), in us, over all steps."""
+        cats = self.overview["categories"]
+        k = cats.index(category)
+        steps = self.overview["steps"]
+        return sum(s["parts"][k] for s in steps), sum(s["dur_us"] for s in steps)
+
+    @property
+    def step_total_us(self) -> float:
+        return sum(s["dur_us"] for s in self.overview["steps"])
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.overview["steps"]))
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+def _us(x: float) -> str:
+    return f"{x / 1000.0:.3f} ms" if x >= 1000 else f"{x:.1f} us"
+
+
+def data_loading(f: Facts) -> Optional[Recommendation]:
+    spent, total = f.share(DATA_LOADING)
+    if total <= 0 or spent / total <= DATA_LOADING_SHARE:
+        return None
+    return Recommendation(
+        "data-loading", "Data loading takes a large share of each step",
+        "Load batches in the background: DataLoader(num_workers=N, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2), and keep decoding/augmentation "
+        "out of the training loop.",
+        [f"data loading: {_pct(spent / total)} of step time "
+         f"({_us(spent / f.n_steps)} of {_us(total / f.n_steps)} per step), "
+         f"above the {_pct(DATA_LOADING_SHARE)} threshold"], "high")
+
+
+def host_bound(f: Facts) -> Optional[Recommendation]:
+    table = f.session.table
+    if len(table) == 0:
+        return None
+    op_name = np.array([is_op_name(n) for n in table.symbols.names])
+    is_op = op_name[table.name_id]
+    parent_is_op = np.where(table.parent >= 0, is_op[np.maximum(table.parent, 0)], False)
+    top = is_op & ~parent_is_op
+    dur_us = table.duration_ns[top] / 1000.0
+    if len(dur_us) < 20:
+        return None
+    short = dur_us < SHORT_OP_US
+    count_share = float(short.mean())
+    time_share = float(dur_us[short].sum() / max(dur_us.sum(), 1e-9))
+    if time_share < SHORT_OP_TIME_SHARE and count_share < SHORT_OP_COUNT_SHARE:
+        return None
+    return Recommendation(
+        "host-bound", "Steps are dominated by ops shorter than 10 us (host-bound)",
+        "Per-op overhead (Python, dispatcher) dominates the real work. Fuse ops with "
+        "torch.compile, replay with CUDA graphs on a GPU, or use larger batches.",
+        [f"{int(short.sum())} of {len(dur_us)} top-level ops ({_pct(count_share)}) ran "
+         f"shorter than {SHORT_OP_US:.0f} us",
+         f"they take {_pct(time_share)} of top-level op time",
+         f"median top-level op: {float(np.median(dur_us)):.1f} us"], "high")
+
+
+def small_copies(f: Facts) -> Optional[Recommendation]:
+    rows = [r for r in f.operators["rows"] if r["name"] in COPY_NAMES and not r["user"]]
+    calls = sum(r["calls"] for r in rows)
+    total_us = sum(r["total_us"] for r in rows)
+    if not rows or calls / f.n_steps < COPY_CALLS_PER_STEP or total_us / calls >= SMALL_COPY_US:
+        return None
+    step_total = f.step_total_us
+    parts = ", ".join(f"{r['name']} x{r['calls']}" for r in rows)
+    return Recommendation(
+        "small-copies", "Many small aten::copy_ / aten::to calls",
+        "Each small copy or dtype/device conversion costs a dispatch. Create tensors "
+        "with the right dtype and device up front, move whole batches once, and avoid "
+        ".to()/.float()/.cpu() inside the loop.",
+        [f"{calls} calls ({parts}), {calls / f.n_steps:.0f} per step",
+         f"average {total_us / calls:.1f} us per call (below {SMALL_COPY_US:.0f} us)",
+         f"{_us(total_us)} in total" + (f", {_pct(total_us / step_total)} of step time"
+                                         if step_total > 0 else "")])
+
+
+def optimizer_share(f: Facts) -> Optional[Recommendation]:
+    spent, total = f.share(OPTIMIZER)
+    if total <= 0 or spent / total < OPTIMIZER_SHARE:
+        return None
+    foreach = any(r["name"].startswith("aten::_foreach_") for r in f.operators["rows"])
+    advice = ("The optimizer already uses foreach kernels; try fused=True (Adam, AdamW, SGD) "
+              "or torch.compile on the optimizer step." if foreach else
+              "Update all parameters at once: create the optimizer with foreach=True, or "
+              "fused=True where supported (Adam, AdamW, SGD).")
+    return Recommendation(
+        "optimizer", "The optimizer step is a large share of step time", advice,
+        [f"optimizer: {_pct(spent / total)} of step time ({_us(spent / f.n_steps)} per step), "
+         f"above the {_pct(OPTIMIZER_SHARE)} threshold",
+         "foreach kernels seen: " + ("yes" if foreach else "no")])
+
+
+def missing_shapes(f: Facts) -> Optional[Recommendation]:
+    if f.operators["has_shapes"]:
+        return None
+    ops = sorted((r for r in f.operators["rows"] if not r["user"]),
+                 key=lambda r: -r["self_us"])[:3]
+    hot = [r for r in ops if op_kind(r["name"]) in SHAPE_KINDS]
+    total = f.operators["self_total_us"]
+    if not hot or total <= 0:
+        return None
+    return Recommendation(
+        "shapes", "Record input shapes to see which matmul/conv sizes cost the time",
+        "Profile with record_shapes=True (opscope run --record-shapes); the Operators view "
+        "then lists each op's input shapes, and key_averages(group_by_input_shape=True) "
+        "splits the rows by shape.",
+        [f"{r['name']}: {_pct(r['self_us'] / total)} of self time, {r['calls']} calls, "
+         f"no shapes recorded" for r in hot], "info")
+
+
+def step_spread(f: Facts) -> Optional[Recommendation]:
+    spread = f.overview["spread"]
+    if spread.get("count", 0) < 3 or spread["max"] <= STEP_SPREAD * spread["median"]:
+        return None
+    return Recommendation(
+        "spread", "Step times vary a lot",
+        "Look at the slowest steps in the Timeline: a first-iteration warm-up, garbage "
+        "collection, data stalls or logging every N steps are the usual causes.",
+        [f"slowest step {_us(spread['max'])} is {spread['max'] / spread['median']:.1f}x the "
+         f"median {_us(spread['median'])} (fastest {_us(spread['min'])}, "
+         f"{spread['count']} steps)"], "info")
+
+
+def no_steps(f: Facts) -> Optional[Recommendation]:
+    if f.overview["has_steps"] or len(f.session.table) == 0:
+        return None
+    return Recommendation(
+        "no-steps", "No ProfilerStep ranges: the overview treats the session as one step",
+        "Profile with a schedule and call prof.step() once per iteration (opscope run does "
+        "this at each optimizer.step()) to get per-step times and their spread.",
+        ["0 ProfilerStep#N ranges recorded"], "info")
+
+
+RULES: List[Callable[[Facts], Optional[Recommendation]]] = [
+    data_loading, host_bound, small_copies, optimizer_share, missing_shapes, step_spread,
+    no_steps,
+]
+
+
+def recommendations(session: ProfileSession, overview: Dict[str, Any],
+                    operators: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Every rule that fires, as dicts for the page."""
+    facts = Facts(session, overview, operators)
+    out = []
+    for rule in RULES:
+        found = rule(facts)
+        if found is not None:
+            out.append(found.as_dict())
+    return out
