@@ -210,6 +210,12 @@ class profile:
 
     def _start_trace(self) -> None:
         self._prepare_trace()
+        unsupported = [o for o in ("profile_memory", "with_stack")
+                       if getattr(self, o) and self._collector.name != "native"]
+        if unsupported:
+            warnings.warn(f"opscope: {' and '.join(unsupported)} need the native collector; "
+                          f"the {self._collector.name} collector records nothing for them",
+                          stacklevel=3)
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.start()
         self._metadata = {}

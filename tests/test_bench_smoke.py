@@ -30,6 +30,8 @@ EXPECTED = {
     "collector_memory.py": ("| config | events |", ["| default |", "| record_shapes |"]),
     "record_function_idle.py": ("| record_function |",
                                 ["| torch |", "| opscope |", "| empty loop (baseline) |"]),
+    "feature_costs.py": ("| variant | iterations |",
+                         ["| opscope alloc +memory |", "| opscope deep add +stack |"]),
 }
 
 
