@@ -60,10 +60,10 @@ def opscope_features() -> dict:
         w.run()
     ev = prof.events()
     return {"record_shapes": any(e.input_shapes for e in ev),
-            "with_stack": any(s for e in ev for s in e.stack if "nn.Module" not in s),
+            "with_stack": any(e.stack for e in ev),
             "profile_memory": any(getattr(e, "cpu_memory_usage", 0) for e in ev),
             "with_flops": any(getattr(e, "flops", 0) for e in ev),
-            "with_modules": any("nn.Module" in s for e in ev for s in e.stack)}
+            "with_modules": bool(prof.session.modules)}
 
 
 def main() -> None:

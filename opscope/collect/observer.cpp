@@ -337,6 +337,11 @@ void encode_inputs(const at::RecordFunction& fn, std::vector<int64_t>& out) {
       out.push_back(6);
       out.push_back(int64_t(l.size()));
       for (int64_t x : l) out.push_back(x);
+    } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
+      auto l = v.toBoolList();
+      out.push_back(6);
+      out.push_back(int64_t(l.size()));
+      for (bool x : l) out.push_back(x ? 1 : 0);
     } else if (v.isString()) {
       out.push_back(7);
     } else {
