@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import warnings
 
 import pytest
@@ -120,6 +121,11 @@ def test_export_stacks_writes_one_line_per_event_with_a_stack(step, tmp_path):
         pytest.skip("Python stacks are not recorded yet (with_stack records nothing; issue 5)")
     lines = path.read_text().splitlines()
     assert len(lines) == len(with_stack)
+    reference = (reference_dir() / "legacy_stacks.txt").read_text().splitlines()
+    shape = re.compile(r"^[^ ]+\([0-9]+\):_[^ ]*(;[^ ]+)* [0-9]+$")  # file(line):_name;... value
+    assert all(shape.match(line) for line in reference)
+    assert all(shape.match(line) for line in lines)
+    assert any("test_legacy.py" in line for line in lines)  # this file's frames are there
     for line, ev in zip(lines, with_stack):
         frames, value = line.rsplit(" ", 1)
         assert int(value) == int(ev.self_cpu_time_total)
@@ -172,7 +178,7 @@ def test_with_flops_records_shapes():
     assert mm.input_shapes == [[4, 8], [8, 2]]
 
 
-def test_memory_counts_toward_open_ranges_else_top_level(native_only):
+def test_memory_counts_toward_open_ranges_else_top_level(native_only, tmp_path):
     """Legacy semantics: an allocation counts for every open range; none open: [memory]."""
     kept = []
     with legacy_profile(profile_memory=True) as prof:
@@ -180,10 +186,16 @@ def test_memory_counts_toward_open_ranges_else_top_level(native_only):
         with opscope.record_function("outer"):
             with opscope.record_function("inner"):
                 kept.append(torch.empty(2000, dtype=torch.float32))
+        kept.pop(0)  # freed with no range open: a top-level [memory] event of -4000 B
     rows = {row.key: row for row in prof.key_averages()}
     if all(row.cpu_memory_usage == 0 for row in rows.values()):
         pytest.skip("profile_memory does not record allocations yet (issue 4)")
     assert rows["outer"].cpu_memory_usage >= 8000
     assert rows["inner"].cpu_memory_usage >= 8000
     assert rows["inner"].self_cpu_memory_usage == 0  # the allocation is aten::empty's own
+    assert rows["[memory]"].cpu_memory_usage <= -4000
+    top = [e for e in prof.function_events if e.name == "[memory]"]
+    assert top and all(e.cpu_parent is None for e in top)
+    prof.export_chrome_trace(str(tmp_path / "legacy.json"))
+    assert "[memory]" not in [e["name"] for e in json.loads((tmp_path / "legacy.json").read_text())]
     assert "CPU Mem" in prof.table()

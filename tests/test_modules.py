@@ -212,6 +212,7 @@ def test_trace_marks_module_ranges_and_op_hierarchy(tmp_path):
     marked = {e["name"]: e["args"] for e in events if "Module Class" in e.get("args", {})}
     assert marked["blocks.0.fc1 (Linear)"]["Module Hierarchy"] == "Model.blocks.0.fc1"
     assert marked["Model"]["Module Path"] == "" and marked["Model"]["Module Class"] == "Model"
+    assert "Input Dims" not in marked["Model"]  # a range has no inputs, as in torch's trace
     assert all(e["cat"] == "user_annotation" for e in events if e["name"] in marked)
     addmm = [e["args"]["Module Hierarchy"] for e in events if e["name"] == "aten::addmm"]
     assert addmm == [f"Model.{p}" for p in SIZES]

@@ -17,14 +17,19 @@ Three questions, answered over the event table:
   forward and backward time, their sum, self time, calls, parameters, FLOPs and,
   when the session has per-event memory, memory.
 
-Example::
+A user range named like a module (say ``record_function("Model")`` while a root
+module of class ``Model`` runs) is taken for a module range.
 
-    >>> import sys; sys.path.insert(0, "tests")
-    >>> from synthetic import Op, SCOPE_USER, make_session
+Example (times in ns; a Net range holding an fc range holding an addmm)::
+
+    >>> from opscope.analysis.build import build_session
     >>> from opscope.model.modules import ModuleInfo
-    >>> s = make_session([Op("Net", 0, 100, scope=SCOPE_USER),
-    ...                   Op("fc (Linear)", 10, 60, scope=SCOPE_USER),
-    ...                   Op("aten::addmm", 20, 50)])
+    >>> from opscope.model.records import NO_INPUTS, RawSession, records_from_rows
+    >>> rows = [(0, 100_000, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+    ...         (10_000, 60_000, -1, 1, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+    ...         (20_000, 50_000, -1, 2, 0, 0, 1, NO_INPUTS, SCOPE_FUNCTION, 0, 0)]
+    >>> s = build_session(RawSession(records_from_rows(rows), [], [1],
+    ...                   ["Net", "fc (Linear)", "aten::addmm"], 0, 100_000, 0))
     >>> s.modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
     ...              "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
     >>> module_hierarchy(s)

@@ -36,6 +36,7 @@ from opscope.analysis.function_events import function_events
 from opscope.autograd.legacy_export import write_legacy_stacks, write_legacy_trace
 from opscope.event_list import EventList
 
+MEMORY_EVENT_NAME = "[memory]"
 DEPRECATION = ("opscope.autograd.profile (torch.autograd.profiler_legacy.profile) is deprecated "
                "and will be removed; use opscope.profile instead, e.g. "
                "`with opscope.profile(record_shapes=True) as prof: ...`")
@@ -169,5 +170,7 @@ def _legacy_events(session) -> list:
     events = function_events(session)
     for ev in events:
         ev.is_legacy = True
+        if ev.name == MEMORY_EVENT_NAME:
+            ev.trace_name = None  # as torch: not a timeline event
     events.sort(key=lambda ev: (ev.time_range.start, -ev.time_range.end))
     return events

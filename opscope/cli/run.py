@@ -25,7 +25,7 @@ from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_option
                                  parse_schedule, prepare_output_dir)
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
                                    start_profiler, warm_up_collector)
-from opscope.cli.results import WindowWriter, print_summary, print_table
+from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
 from opscope.cli.script import run_script
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
@@ -50,6 +50,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
              "warmup=, active=, repeat=); REPEAT 0 (default) cycles until the end")
     add_table_options(parser)
     add_profile_flags(parser)
+    parser.add_argument(
+        "--report", action="store_true",
+        help="also write the HTML report of each recorded window, beside its trace "
+             "(DIR/<script>.html)")
     # optional for argparse only, so a missing SCRIPT gets our message, not "SCRIPT, ARGS"
     parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
@@ -68,12 +72,25 @@ def check_script(path: Optional[str]) -> None:
         raise UsageError(f"argument SCRIPT: script {path!r} not found")
 
 
+def check_report_available() -> None:
+    """Raise :class:`UsageError` when the HTML report cannot be written here."""
+    try:
+        from opscope.report import write_report  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"argument --report: the HTML report is unavailable "
+                         f"(opscope.report cannot be imported: {exc})") from None
+
+
 def main(args: argparse.Namespace) -> int:
     """Profile the script; return the exit status ``opscope run`` ends with."""
     check_script(args.script)
+    if args.report:
+        check_report_available()
     folder = prepare_output_dir(args.output_dir)
     stem = os.path.splitext(os.path.basename(args.script))[0]
-    writer = WindowWriter(folder, args.output_dir, stem, by_step=args.schedule is not None)
+    outputs = OUTPUTS + [REPORT] if args.report else OUTPUTS
+    writer = WindowWriter(folder, args.output_dir, stem, by_step=args.schedule is not None,
+                          outputs=outputs)
     prof = opscope.profile(schedule=make_schedule(args.schedule), on_trace_ready=writer,
                            **profile_kwargs(args))
     warm_up_collector()

@@ -394,14 +394,17 @@ def _module_and_flops_args(session: ProfileSession) -> Optional[List[str]]:
 
 
 def _input_args_by_event(table) -> List[str]:
-    """Per event, its rendered input args ('' when none); each distinct signature once."""
+    """Per event, its rendered input args ('' when none); each distinct signature once.
+
+    A record without inputs (a user range) gets none, as torch writes its ranges.
+    """
     sig, decoded = table.input_signatures()
     if not decoded:
         return [""] * len(table)
     rendered = [('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
                  '"Input Dims": %s, ' % (json.dumps(rec.concrete), json.dumps(rec.types),
                                          json.dumps(rec.strides), json.dumps(rec.shapes)))
-                for rec in decoded] + [""]
+                if rec.types else "" for rec in decoded] + [""]
     return [rendered[k] for k in sig.tolist()]  # -1 picks the trailing ""
 
 

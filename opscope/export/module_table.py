@@ -3,7 +3,8 @@
 One line per module (``analysis.modules.ModuleRow``), indented two spaces per level,
 with columns in the style of torch.profiler's table::
 
-    Module  # of Calls  Params  Forward  Backward  Total  Self  Total %  [Total MFLOPs  GFLOP/s]  [CPU Mem  Self CPU Mem]
+    Module  # of Calls  Params  Forward  Backward  Total  Self  Total %
+        [Total MFLOPs  GFLOP/s]  [CPU Mem  Self CPU Mem]
 
 ``Forward`` and ``Backward`` include the children's time; ``Self`` is the module's
 forward + backward time minus its children's. ``Total %`` is a share of the roots'
@@ -17,8 +18,8 @@ Example::
     >>> rows = [ModuleRow("Net", "Net", "Net", 0, -1, count=1, parameters=10,
     ...                   forward_time_total=30.0, backward_time_total=50.0,
     ...                   self_forward_time_total=30.0, self_backward_time_total=50.0)]
-    >>> print(format_module_table(rows).splitlines()[3].rstrip())
-    Net                 1            10      30.000us      50.000us      80.000us      80.000us       100.00%
+    >>> print(format_module_table(rows).splitlines()[3][:63])
+    Net                 1            10      30.000us      50.000us
 """
 
 from __future__ import annotations

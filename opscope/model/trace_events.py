@@ -41,7 +41,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -75,7 +75,9 @@ class TraceContents:
     trace has no ``Call stack`` args at all. ``python_function_names`` are the
     names of the records that came from ``python_function`` events;
     ``module_args`` maps the name of each ``user_annotation`` range that marks
-    a module (its args have ``Module Class``) to those args.
+    a module (its args have ``Module Class``) to those args. ``flops`` is per
+    record, from the ``flops`` args (None when no event has one). ``marks``
+    are the other CPU instant events, as ``ProfileSession.marks`` holds them.
     """
 
     raw: RawSession
@@ -85,6 +87,8 @@ class TraceContents:
     memory_events: List[Dict[str, Any]] = field(default_factory=list)
     python_function_names: List[str] = field(default_factory=list)
     module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    flops: Optional[np.ndarray] = None
+    marks: List[Tuple[int, int, str]] = field(default_factory=list)
     thread_names: Dict[int, str] = field(default_factory=dict)
 
 
@@ -140,7 +144,7 @@ class _OpColumns(NamedTuple):
     args: List[dict]
 
 
-_OP_FIELDS = itemgetter("ts", "dur", "name", "tid", "cat", "args")
+_OP_KEYS = ("ts", "dur", "name", "tid", "cat", "args")
 _EMPTY: Dict[str, Any] = {}
 
 
@@ -148,14 +152,13 @@ def _op_columns(ops: List[dict]) -> _OpColumns:
     """The fields the loader reads, one list each (C-speed when every event has them)."""
     if not ops:
         return _OpColumns([], [], [], [], [], [])
-    try:
-        ts, dur, names, tids, cats, args = zip(*map(_OP_FIELDS, ops))
-    except KeyError:  # some event lacks a field: the slower, forgiving way
-        ts, names, tids, cats = ([e.get(k) for e in ops] for k in ("ts", "name", "tid", "cat"))
-        dur = [e.get("dur", 0) for e in ops]
-        args = [e.get("args") for e in ops]
-    args = [a if type(a) is dict else _EMPTY for a in args]
-    return _OpColumns(list(ts), list(dur), list(names), list(tids), list(cats), args)
+    columns = [list(map(methodcaller("get", key), ops)) for key in _OP_KEYS]
+    ts, dur, names, tids, cats, args = columns
+    if None in dur:
+        dur = [0 if d is None else d for d in dur]
+    if set(map(type, args)) - {dict}:
+        args = [a if type(a) is dict else _EMPTY for a in args]
+    return _OpColumns(ts, dur, names, tids, cats, args)
 
 
 def _intern(values: list):
@@ -174,40 +177,70 @@ def _intern(values: list):
                                  count=len(values))
 
 
-class _Classified:
-    """The trace's events sorted into the kinds the loader uses (one pass)."""
+_GET_PH = methodcaller("get", "ph")
+_GET_CAT = methodcaller("get", "cat")
+# what an X event's category makes it
+_OP, _PYTHON, _SPAN = 1, 2, 3
 
-    def __init__(self, events: Sequence[Any]):
-        self.ops: List[dict] = []
-        self.python_names: Dict[Any, None] = {}
+
+def _category_kind(cat: Any) -> int:
+    if cat in OP_CATEGORIES or (isinstance(cat, str) and cat.lower() in OP_CATEGORIES):
+        return _OP
+    return {"python_function": _PYTHON, "Trace": _SPAN}.get(cat, 0) \
+        if isinstance(cat, str) else 0
+
+
+class _Classified:
+    """The trace's events sorted into the kinds the loader uses.
+
+    Columns of ``ph`` and ``cat`` are classified with numpy; only the few
+    events that are neither ops nor ranges (flows, instants, metadata) are
+    looked at one by one.
+    """
+
+    def __init__(self, events: List[Any]):
         self.memory: List[dict] = []
+        self.instants: List[dict] = []
         self.flows_start: Dict[Any, dict] = {}
         self.flows_end: Dict[Any, dict] = {}
         self.span: Optional[dict] = None
         self.thread_names: Dict[Any, str] = {}
-        op_cats = OP_CATEGORIES
-        for e in events:
-            if type(e) is not dict:
-                continue
-            ph = e.get("ph")
-            if ph == "X":
-                cat = e.get("cat")
-                if cat in op_cats or (isinstance(cat, str) and cat.lower() in op_cats):
-                    self.ops.append(e)
-                elif cat == "python_function":
-                    self.ops.append(e)
-                    self.python_names[e.get("name")] = None
-                elif cat == "Trace" and self.span is None:
-                    self.span = e
-            elif ph in ("i", "I"):
-                if e.get("name") == "[memory]":
-                    self.memory.append(e)
-            elif ph in ("s", "f") and e.get("cat") == "fwdbwd":
+        try:
+            phs = list(map(_GET_PH, events))
+            cats = list(map(_GET_CAT, events))
+        except AttributeError:  # an event that is not an object: skip those
+            events = [e for e in events if type(e) is dict]
+            phs = list(map(_GET_PH, events))
+            cats = list(map(_GET_CAT, events))
+        ph_names, ph_id = _intern(phs)
+        cat_names, cat_id = _intern(cats)
+        kind = np.array([_category_kind(c) for c in cat_names] + [0], dtype=np.int8)[cat_id]
+        is_x = ph_id == (ph_names.index("X") if "X" in ph_names else -1)
+        kind = np.where(is_x, kind, 0)
+        rows = np.flatnonzero((kind == _OP) | (kind == _PYTHON))
+        self.ops: List[dict] = [events[i] for i in rows.tolist()]
+        self.is_python = kind[rows] == _PYTHON
+        spans = np.flatnonzero(kind == _SPAN)
+        if len(spans):
+            self.span = events[int(spans[0])]
+        other = [ph_names.index(p) for p in ("i", "I", "s", "f", "M") if p in ph_names]
+        for i in np.flatnonzero(np.isin(ph_id, other)).tolist():
+            self._other(events[i])
+
+    def _other(self, e: dict) -> None:
+        ph = e.get("ph")
+        if ph in ("i", "I"):
+            if e.get("name") == "[memory]":
+                self.memory.append(e)
+            elif e.get("cat") == "cpu_instant_event":
+                self.instants.append(e)
+        elif ph in ("s", "f"):
+            if e.get("cat") == "fwdbwd":
                 (self.flows_start if ph == "s" else self.flows_end)[e.get("id")] = e
-            elif ph == "M" and e.get("name") == "thread_name":
-                name = (e.get("args") or {}).get("name")
-                if isinstance(name, str):
-                    self.thread_names[e.get("tid")] = name
+        elif e.get("name") == "thread_name":
+            name = (e.get("args") or {}).get("name")
+            if isinstance(name, str):
+                self.thread_names[e.get("tid")] = name
 
 
 def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
@@ -259,16 +292,23 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
 
     stacks: Optional[List[Optional[List[str]]]] = None
     texts = list(map(methodcaller("get", "Call stack"), args))
-    if any(isinstance(t, str) for t in texts):
+    if texts.count(None) < len(texts):
         parsed: Dict[str, List[str]] = {}
         stacks = [None if not isinstance(t, str) else
                   parsed.get(t) or parsed.setdefault(t, split_call_stack(t)) for t in texts]
+
+    flops: Optional[np.ndarray] = None
+    flop_values = list(map(methodcaller("get", "flops", 0), args))
+    if flop_values.count(0) < len(flop_values):
+        flops = _ints(flop_values, 0)
 
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
         if stacks is not None:
             stacks = [stacks[i] for i in order.tolist()]
+        if flops is not None:
+            flops = flops[order]
 
     start_ns, stop_ns = _window(found.span, start, end, origin_us)
     pids = [e.get("pid") for e in ops[:1]]
@@ -281,8 +321,10 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
         memory_events=_memory_events(found.memory, origin_us, path),
-        python_function_names=[str(n) for n in found.python_names],
-        module_args=_module_args(ops, args, user_rows),
+        python_function_names=[str(n) for n in dict.fromkeys(
+            cols.names[i] for i in np.flatnonzero(found.is_python).tolist())],
+        module_args=_module_args(ops, args, user_rows), flops=flops,
+        marks=_marks(found.instants, origin_us, path),
         thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)})
 
 
@@ -413,6 +455,15 @@ def _memory_events(events: List[dict], origin_us: int, path: str) -> List[Dict[s
             item.update((k, v) for k, v in a.items() if k != "Ev Idx")
         out.append(item)
     return out
+
+
+def _marks(events: List[dict], origin_us: int, path: str) -> List[Tuple[int, int, str]]:
+    """(ns, OS thread id, message) of each CPU instant event (``opscope.itt.mark``)."""
+    if not events:
+        return []
+    ts = _ns(_numbers([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
+    return [(t, e.get("tid") if isinstance(e.get("tid"), int) else 0, str(e.get("name")))
+            for t, e in zip(ts, events)]
 
 
 def _module_args(ops: List[dict], args: List[dict],

@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 from contextlib import contextmanager
@@ -62,15 +63,12 @@ class LoadedSession(ProfileSession):
     - ``python_function_rows``: per table row, True where it came from a
       ``python_function`` event (torch's ``with_stack`` traces), which count as
       events in ``key_averages`` as torch counts them;
-    - ``modules``: range name -> ``ModuleInfo`` for the ranges that mark an
-      ``nn.Module`` forward (``with_modules``; see ``opscope.model.modules``);
     - ``thread_names``: OS thread id -> name from the trace's metadata events.
     """
 
     source_path: str = ""
     memory_events: List[Dict[str, Any]] = field(default_factory=list)
     python_function_rows: Optional[np.ndarray] = None
-    modules: Dict[str, Any] = field(default_factory=dict)
     thread_names: Dict[int, str] = field(default_factory=dict)
 
 
@@ -88,16 +86,40 @@ def load_session(path: "str | os.PathLike[str]") -> LoadedSession:
         doc = read_trace_document(file)
         contents = trace_contents(doc, file)
         del doc  # the events are in columns now; free the parsed JSON early
-    session = build_session(contents.raw, options=contents.options, metadata=contents.metadata)
+    session = build_session(contents.raw, options=contents.options, metadata=contents.metadata,
+                            modules=_modules(contents), marks=contents.marks)
     mark_backward_nodes(session.table)
+    per_row = _PerRow(contents, len(session.table))
+    if contents.flops is not None:
+        session.flops = per_row.take(contents.flops)
+    session.stacks = per_row.take(contents.stacks)
+    session.trace_name = file
+    fields = {f.name: getattr(session, f.name) for f in dataclasses.fields(ProfileSession)}
     return LoadedSession(
-        table=session.table, options=session.options, metadata=session.metadata,
-        process_id=session.process_id, start_ns=session.start_ns, stop_ns=session.stop_ns,
-        epoch_offset_ns=session.epoch_offset_ns, collector=session.collector,
-        trace_name=file, stacks=_stacks_of_rows(contents, len(session.table)),
-        source_path=file, memory_events=contents.memory_events,
+        **fields, source_path=file, memory_events=contents.memory_events,
         python_function_rows=_rows_named(session.table, contents.python_function_names),
-        modules=_modules(contents), thread_names=contents.thread_names)
+        thread_names=contents.thread_names)
+
+
+class _PerRow:
+    """Maps per-record values (trace order, sorted) to the session's table rows."""
+
+    def __init__(self, contents: TraceContents, n_rows: int):
+        self.contents = contents
+        self.n_rows = n_rows
+        self._rows: Optional[np.ndarray] = None
+
+    def take(self, values):
+        """``values`` (per record) picked for each table row; None stays None."""
+        if values is None:
+            return None
+        if self._rows is None:
+            self._rows = kept_records(self.contents)
+            if len(self._rows) != self.n_rows:  # cannot happen while build_session
+                raise AssertionError("trace loader: rows do not match build_session's")
+        if isinstance(values, np.ndarray):
+            return values[self._rows]
+        return [values[i] for i in self._rows.tolist()]
 
 
 def _rows_named(table, names: List[str]) -> np.ndarray:
@@ -105,9 +127,10 @@ def _rows_named(table, names: List[str]) -> np.ndarray:
     return np.isin(table.name_id, ids) if ids else np.zeros(len(table), dtype=bool)
 
 
-def _modules(contents: TraceContents) -> Dict[str, Any]:
+def _modules(contents: TraceContents) -> Optional[Dict[str, Any]]:
+    """Module infos of the module ranges; None when the trace recorded no modules."""
     if not contents.module_args:
-        return {}
+        return {} if contents.options.get("with_modules") else None
     from opscope.model.modules import module_info_from_trace_args
 
     out = {}
@@ -175,12 +198,3 @@ def kept_records(contents: TraceContents) -> np.ndarray:
         table = table.take(keep)
     folded = fold_duplicate_children(table, assign_parents(table))
     return rows[folded]
-
-
-def _stacks_of_rows(contents: TraceContents, n_rows: int) -> Optional[List[Optional[List[str]]]]:
-    if contents.stacks is None:
-        return None
-    rows = kept_records(contents)
-    if len(rows) != n_rows:  # cannot happen while build_session keeps its two steps
-        return None
-    return [contents.stacks[i] for i in rows.tolist()]

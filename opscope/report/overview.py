@@ -8,12 +8,14 @@ session's busiest thread over the whole window is one pseudo-step.
 
 Example::
 
-    >>> import sys; sys.path.insert(0, "tests")
-    >>> from synthetic import Op, make_session, SCOPE_USER
-    >>> s = make_session([Op("ProfilerStep#1", 0, 100, scope=SCOPE_USER),
-    ...                   Op("aten::mm", 10, 40), Op("Optimizer.step#SGD.step", 50, 90,
-    ...                   scope=SCOPE_USER), Op("aten::add_", 60, 70)])
-    >>> o = step_overview(s)
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession, records_from_rows
+    >>> def ev(start_us, end_us, name_id, scope=0):
+    ...     return (start_us * 1000, end_us * 1000, -1, name_id, 0, 0, 1, 0xFFFFFFFF, scope, 0, 0)
+    >>> rows = [ev(0, 100, 0, 7), ev(10, 40, 1), ev(50, 90, 2, 7), ev(60, 70, 3)]
+    >>> names = ["ProfilerStep#1", "aten::mm", "Optimizer.step#SGD.step", "aten::add_"]
+    >>> o = step_overview(build_session(RawSession(records_from_rows(rows), [], [1], names,
+    ...                                            0, 100_000, 0)))
     >>> step = o["steps"][0]
     >>> {c: v for c, v in zip(o["categories"], step["parts"]) if v}
     {'matmul/conv': 30.0, 'optimizer': 40.0, 'idle': 30.0}

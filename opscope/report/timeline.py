@@ -2,9 +2,10 @@
 
 The page never gets the raw event list. At most ``cap`` events are kept: the
 longest ones (an enclosing range is never shorter than what it encloses, so
-every kept event keeps its ancestors), all of one duration or none. Per lane the kept events are sorted by
-start and written as columns: start (ns since the previous event's start in
-the lane, so numbers stay short), duration, self time (ns), depth, name index.
+every kept event keeps its ancestors), all of one duration or none. Per lane
+the kept events are sorted by start and written as columns: start (ns since
+the previous event's start in the lane, so numbers stay short), duration,
+self time (ns), depth, name index.
 
 Example::
 
@@ -15,7 +16,8 @@ Example::
     >>> raw = RawSession(records_from_rows(rows), [], [77], ["step", "aten::mm"], 0, 60_000, 0)
     >>> t = timeline_lanes(build_session(raw))
     >>> lane = t["lanes"][0]
-    >>> lane["tid"], lane["start"], lane["dur"], lane["depth"], [t["names"][k] for k in lane["name"]]
+    >>> names = [t["names"][k] for k in lane["name"]]
+    >>> lane["tid"], lane["start"], lane["dur"], lane["depth"], names
     (77, [0, 10000], [50000, 20000], [0, 1], ['step', 'aten::mm'])
 """
 

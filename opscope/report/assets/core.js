@@ -47,9 +47,9 @@ const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948
                  "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#2f4b7c", "#a05195"];
 const CATEGORY_COLORS = {
   "matmul/conv": "#4e79a7", "copy/cast": "#e15759", "allocation": "#bab0ac",
-  "view/reshape": "#d4a6c8", "norm/reduce": "#76b7b2", "elementwise": "#59a14f",
+  "view/reshape": "#d4a6c8", "norm/reduce": "#499894", "elementwise": "#59a14f",
   "other ops": "#9c755f", "backward": "#f28e2b", "optimizer": "#edc948",
-  "data loading": "#b07aa1", "Python/other": "#86bcb6", "idle": "#e8e8e8",
+  "data loading": "#b07aa1", "Python/other": "#a0cbe8", "idle": "#e8e8e8",
 };
 function hashColor(name) {
   let h = 0;
@@ -72,6 +72,12 @@ function hideTip() { tooltip.hidden = true; }
 function notRecorded(what, how) {
   return el("div", { class: "notrecorded" }, el("b", { text: what + ": not recorded" }),
             el("div", { text: how }));
+}
+
+// Mouse position in CSS pixels relative to `node`'s top-left corner.
+function localPoint(node, event) {
+  const r = node.getBoundingClientRect();
+  return [event.clientX - r.left, event.clientY - r.top];
 }
 
 // A canvas sized for the device pixel ratio; returns its 2d context scaled to CSS pixels.

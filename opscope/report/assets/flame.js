@@ -83,10 +83,9 @@ VIEWS.flame = function (section) {
     return -1;
   }
   function zoom(i) { state.focus = i; draw(); }
-  function local(e) { const r = canvas.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; }
-  canvas.addEventListener("click", e => { const i = nodeAt(...local(e)); if (i >= 0) zoom(i); });
+  canvas.addEventListener("click", e => { const i = nodeAt(...localPoint(canvas, e)); if (i >= 0) zoom(i); });
   canvas.addEventListener("mousemove", e => {
-    const i = nodeAt(...local(e));
+    const i = nodeAt(...localPoint(canvas, e));
     if (i < 0) { hideTip(); return; }
     const n = nodes[i];
     showTip(e, `${n.name}\ntotal ${fmtUs(n.total)} (${fmtPct(n.total, rootTotal)} of all)` +
@@ -99,7 +98,9 @@ VIEWS.flame = function (section) {
     // Client-pixel box of the widest visible frame called `name` (for tests and links).
     boxOf(name) {
       let best = -1;
-      nodes.forEach((n, i) => { if (n.name === name && inFocus(i) && (best < 0 || n.total > nodes[best].total)) best = i; });
+      nodes.forEach((n, i) => {
+        if (n.name === name && inFocus(i) && (best < 0 || n.total > nodes[best].total)) best = i;
+      });
       if (best < 0) return null;
       const g = geometry(best), r = canvas.getBoundingClientRect();
       return { x: r.left + g.x, y: r.top + g.y, w: g.w, h: FLAME_ROW - 1, index: best };

@@ -16,15 +16,18 @@ function operatorColumns(ops) {
   ];
   if (ops.has_shapes) cols.push({ key: "shapes", title: "Input shapes (most calls)", cls: "shapes",
     value: r => r.shapes && r.shapes.length ? r.shapes[0][0] : "",
-    text: r => r.shapes && r.shapes.length ? r.shapes[0][0] + (r.shapes.length > 1 ? ` (+${r.shapes.length - 1})` : "") : "" });
+    text: r => !(r.shapes && r.shapes.length) ? "" :
+      r.shapes[0][0] + (r.shapes.length > 1 ? ` (+${r.shapes.length - 1})` : "") });
   if (ops.has_flops) {
-    cols.push({ key: "flops", title: "FLOPs", value: r => r.flops, text: r => r.flops ? fmtCount(r.flops, "FLOP") : "" });
+    cols.push({ key: "flops", title: "FLOPs", value: r => r.flops,
+      text: r => r.flops ? fmtCount(r.flops, "FLOP") : "" });
     cols.push({ key: "flop_rate", title: "FLOP/s", value: r => r.total_us ? r.flops / r.total_us : 0,
       text: r => r.flops && r.total_us ? fmtCount(r.flops / (r.total_us * 1e-6), "FLOP/s") : "" });
   }
   if (ops.has_memory) {
     cols.push({ key: "cpu_mem", title: "CPU Mem", value: r => r.cpu_mem, text: r => fmtBytes(r.cpu_mem) });
-    cols.push({ key: "self_cpu_mem", title: "Self CPU Mem", value: r => r.self_cpu_mem, text: r => fmtBytes(r.self_cpu_mem) });
+    cols.push({ key: "self_cpu_mem", title: "Self CPU Mem", value: r => r.self_cpu_mem,
+      text: r => fmtBytes(r.self_cpu_mem) });
   }
   return cols;
 }
@@ -93,7 +96,8 @@ VIEWS.operators = function (section) {
       ` · self CPU time total: ${fmtUs(ops.self_total_us)}`;
   }
   section.append(el("div", { class: "toolbar" }, search, count,
-    el("span", { class: "muted", text: "Rows as key_averages(); click a header to sort, a row for details." })));
+    el("span", { class: "muted",
+      text: "Rows as key_averages(); click a header to sort, a row for details." })));
   section.append(el("div", { class: "tablewrap" },
     el("table", { class: "grid", id: "op-table" }, el("thead", {}, el("tr", {}, headers)), tbody)));
   section.append(detail);

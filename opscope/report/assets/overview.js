@@ -84,7 +84,8 @@ VIEWS.overview = function (section) {
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.p90) }), el("span", { text: "p90 step" }))));
   section.append(el("h2", { text: "Step time, broken down" }));
   if (ov.steps_shown < sp.count)
-    section.append(el("p", { class: "muted", text: `${ov.steps_shown} of ${sp.count} steps drawn (evenly sampled).` }));
+    section.append(el("p", { class: "muted",
+      text: `${ov.steps_shown} of ${sp.count} steps drawn (evenly sampled).` }));
   section.append(el("div", { class: "legend" }, ov.categories.filter((c, k) => ov.totals[k] > 0)
     .map(c => el("span", {}, el("i", { style: `background:${CATEGORY_COLORS[c]}` }), c))));
   const width = Math.max(480, section.clientWidth || 900);

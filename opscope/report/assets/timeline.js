@@ -18,7 +18,10 @@ function decodeLanes(tl) {
 // First index in `list` (event ids sorted by start) whose event may end after t.
 function firstEnding(lane, list, t) {
   let lo = 0, hi = list.length;
-  while (lo < hi) { const mid = (lo + hi) >> 1; if (lane.start[list[mid]] < t) lo = mid + 1; else hi = mid; }
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (lane.start[list[mid]] < t) lo = mid + 1; else hi = mid;
+  }
   return Math.max(0, lo - 1);
 }
 
@@ -38,11 +41,16 @@ VIEWS.timeline = function (section) {
     state.t1 = state.t0 + span;
     schedule();
   };
-  const panBy = px => { const d = (state.t1 - state.t0) * px / state.width; state.t0 += d; state.t1 += d; schedule(); };
+  const panBy = px => {
+    const d = (state.t1 - state.t0) * px / state.width;
+    state.t0 += d; state.t1 += d;
+    schedule();
+  };
+  const reset = () => { state.t0 = 0; state.t1 = Math.max(tl.window_ns, 1); schedule(); };
   section.append(el("div", { class: "toolbar" },
     el("button", { text: "+", title: "zoom in (w)", onclick: () => zoomBy(0.5) }),
     el("button", { text: "−", title: "zoom out (s)", onclick: () => zoomBy(2) }),
-    el("button", { text: "reset", onclick: () => { state.t0 = 0; state.t1 = Math.max(tl.window_ns, 1); schedule(); } }),
+    el("button", { text: "reset", onclick: reset }),
     info), scroll);
   if (tl.shown < tl.total)
     section.append(el("p", { class: "muted", id: "timeline-decimated", text:
@@ -113,17 +121,22 @@ VIEWS.timeline = function (section) {
       if (depth < 0 || depth >= lane.rows || !lane.byDepth[depth]) continue;
       const list = lane.byDepth[depth], t = state.t0 + x * (state.t1 - state.t0) / state.width;
       const slack = 2 * (state.t1 - state.t0) / state.width;   // 2 px for thin events
+      let best = -1, bestGap = Infinity;   // the event under the mouse, else the nearest
       for (let k = firstEnding(lane, list, t - slack); k < list.length; k++) {
-        const i = list[k];
-        if (lane.start[i] > t + slack) break;
-        if (lane.start[i] <= t + slack && lane.start[i] + lane.dur[i] >= t - slack) return [lane, i];
+        const i = list[k], s = lane.start[i], e = s + lane.dur[i];
+        if (s > t + slack) break;
+        const gap = t < s ? s - t : t > e ? t - e : 0;
+        if (gap <= slack && gap < bestGap) { best = i; bestGap = gap; }
       }
+      if (best >= 0) return [lane, best];
     }
     return null;
   }
-  const local = e => { const r = canvas.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
-  canvas.addEventListener("wheel", e => { e.preventDefault(); zoomBy(e.deltaY > 0 ? 1.25 : 0.8, local(e)[0]); },
-                          { passive: false });
+  const local = e => localPoint(canvas, e);
+  canvas.addEventListener("wheel", e => {
+    e.preventDefault();
+    zoomBy(e.deltaY > 0 ? 1.25 : 0.8, local(e)[0]);
+  }, { passive: false });
   canvas.addEventListener("mousedown", e => { state.drag = local(e)[0]; });
   window.addEventListener("mouseup", () => { state.drag = null; });
   canvas.addEventListener("mousemove", e => {
@@ -133,7 +146,8 @@ VIEWS.timeline = function (section) {
     if (!hit) { hideTip(); return; }
     const [lane, i] = hit;
     showTip(e, `${tl.names[lane.name[i]]}\nstart ${fmtUs(lane.start[i] / 1000)} · duration ` +
-      `${fmtUs(lane.dur[i] / 1000)} · self ${fmtUs(lane.self[i] / 1000)}\nthread ${lane.tid} · depth ${lane.depth[i]}`);
+      `${fmtUs(lane.dur[i] / 1000)} · self ${fmtUs(lane.self[i] / 1000)}` +
+      `\nthread ${lane.tid} · depth ${lane.depth[i]}`);
   });
   canvas.addEventListener("mouseleave", hideTip);
   canvas.addEventListener("keydown", e => {

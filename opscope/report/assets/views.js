@@ -37,7 +37,8 @@ VIEWS.modules = function (section) {
         ...(hasFlops ? [el("td", { text: r.flops ? fmtCount(r.flops, "FLOP") : "" })] : []));
     }));
   }
-  section.append(el("p", { class: "muted", text: "Forward and backward time per module (inclusive); click a row to fold it." }),
+  section.append(el("p", { class: "muted",
+    text: "Forward and backward time per module (inclusive); click a row to fold it." }),
     el("div", { class: "tablewrap" }, el("table", { class: "grid tree", id: "module-table" },
       el("thead", {}, el("tr", {}, el("th", { class: "name", text: "Module" }), el("th", { text: "Type" }),
         el("th", { text: "Forward" }), el("th", { text: "Backward" }), el("th", { text: "Self" }),
@@ -73,7 +74,8 @@ VIEWS.memory = function (section) {
     const upper = base.map((b, k) => b + mem.series[c][k]);
     if (!upper.some((u, k) => u !== base[k])) return;
     let d = "";
-    for (let k = 0; k < n; k++) d += (k ? "L" : "M") + X(times[k]).toFixed(1) + "," + Y(upper[k]).toFixed(1);
+    for (let k = 0; k < n; k++)
+      d += (k ? "L" : "M") + X(times[k]).toFixed(1) + "," + Y(upper[k]).toFixed(1);
     for (let k = n - 1; k >= 0; k--) d += "L" + X(times[k]).toFixed(1) + "," + Y(base[k]).toFixed(1);
     const path = svg("path", { d: d + "Z", fill: PALETTE[c % PALETTE.length], "fill-opacity": 0.8,
                                "data-category": cat });
@@ -84,7 +86,8 @@ VIEWS.memory = function (section) {
   });
   if (mem.peak_bytes) {
     const px = X(mem.peak_time_us);
-    root.append(svg("line", { x1: px, x2: px, y1: 10, y2: 10 + plotH, stroke: "#d0473b", "stroke-dasharray": "4 3" }));
+    root.append(svg("line", { x1: px, x2: px, y1: 10, y2: 10 + plotH, stroke: "#d0473b",
+                              "stroke-dasharray": "4 3" }));
   }
   section.append(el("div", { class: "cards" },
     el("div", { class: "card", id: "memory-peak" }, el("b", { text: fmtBytes(mem.peak_bytes) }),
@@ -97,7 +100,8 @@ VIEWS.memory = function (section) {
 VIEWS.recommendations = function (section) {
   const recs = DATA.recommendations;
   if (!recs.length) {
-    section.append(el("p", { id: "no-recommendations", text: "No rule fired: nothing stands out in this profile." }));
+    section.append(el("p", { id: "no-recommendations",
+      text: "No rule fired: nothing stands out in this profile." }));
     return;
   }
   for (const r of recs)
