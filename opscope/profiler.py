@@ -213,7 +213,8 @@ class profile:
         unsupported = [o for o in ("profile_memory", "with_stack")
                        if getattr(self, o) and self._collector.name != "native"]
         if unsupported:
-            warnings.warn(f"opscope: {' and '.join(unsupported)} need the native collector; "
+            verb = "need" if len(unsupported) > 1 else "needs"
+            warnings.warn(f"opscope: {' and '.join(unsupported)} {verb} the native collector; "
                           f"the {self._collector.name} collector records nothing for them",
                           stacklevel=3)
         if self.execution_trace_observer is not None:

@@ -171,7 +171,8 @@ def test_uncaptured_ops_are_the_graph_break(runs, kind, missing, function):
     assert [(op.name, op.calls) for op in ops] == [(missing, 1)]
     stacks = profiler.prof.session.stacks
     if stacks is not None and any(stacks):  # the source line is in this file
-        assert ops[0].source.startswith(__file__ + "(")
+        # paths are shown relative to their sys.path folder, as torch shows them
+        assert __file__.endswith("/" + ops[0].source.split("(")[0])
         assert ops[0].source.endswith(f"): {function}")
     else:
         assert ops[0].source == ""
@@ -299,7 +300,8 @@ def test_print_missing_in_a_subprocess(tmp_path):
     break_line = MISSING_SCRIPT.splitlines().index(
         next(line for line in MISSING_SCRIPT.splitlines() if "# BREAK" in line)) + 1
     if "STACKS True" in lines:
-        assert missing[0].endswith(f"{script}({break_line}): forward"), missing[0]
+        assert missing[0].endswith(f"{os.path.basename(script)}({break_line}): forward"), \
+            missing[0]
     else:
         assert missing[0] == "MISSING aten::item: (no Python stack recorded)"
 

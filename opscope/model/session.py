@@ -56,6 +56,16 @@ class ProfileSession:
     event_memory: Optional[Dict[str, np.ndarray]] = None
     # Tensors seen in known roles (model.memory.SIGHTING_DTYPE), for categories.
     memory_sightings: Optional[np.ndarray] = None
+    @property
+    def self_cpu_memory(self) -> Optional[np.ndarray]:
+        """Per event: bytes allocated by the event itself (profile_memory), or None."""
+        return None if self.event_memory is None else self.event_memory["self_cpu_memory_usage"]
+
+    @property
+    def cpu_memory(self) -> Optional[np.ndarray]:
+        """Per event: bytes allocated by the event and everything under it, or None."""
+        return None if self.event_memory is None else self.event_memory["cpu_memory_usage"]
+
     # opscope.itt.mark() calls while recording: (collector-clock ns, OS thread id, message)
     marks: List[Tuple[int, int, str]] = field(default_factory=list)
     # with_flops: per event (table order) FLOP estimate, int64, 0 where none

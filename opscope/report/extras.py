@@ -60,6 +60,8 @@ def memory_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
     Points are decimated to about ``MEMORY_POINTS``, keeping each bucket's
     highest value so the peak stays visible.
     """
+    if session.memory is not None and len(session.memory):
+        return _category_timeline(session)
     events = getattr(session, "memory_events", None)
     if not events:
         return None
@@ -86,6 +88,32 @@ def memory_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
             "series": [v.astype(np.int64).tolist()], "peak_bytes": peak_bytes,
             "peak_time_us": round(peak_time, 3),
             "note": f"{len(events)} allocation events; total allocated after each one."}
+
+
+def _category_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
+    """Bytes held per memory category over time (see analysis.memory_timeline)."""
+    from opscope.analysis.memory_summary import held_over_time
+    from opscope.model.memory import CATEGORY_NAMES
+
+    times, held = held_over_time(session)
+    if len(times) == 0:
+        return None
+    t = (times - session.table.base_ns) / 1000.0
+    total = held.sum(axis=1)
+    peak = int(np.argmax(total))
+    peak_bytes, peak_time = int(total[peak]), float(t[peak])
+    if len(t) > MEMORY_POINTS:  # keep each bucket's highest total so the peak stays
+        bucket = np.minimum((np.arange(len(t)) * MEMORY_POINTS) // len(t), MEMORY_POINTS - 1)
+        starts = np.flatnonzero(np.diff(bucket, prepend=-1))
+        best = starts + np.array([np.argmax(seg) for seg in np.split(total, starts[1:])])
+        t, held = t[best], held[best]
+    used = [c for c in range(len(CATEGORY_NAMES)) if held[:, c].any()]
+    return {"times_us": np.round(t, 3).tolist(),
+            "categories": [CATEGORY_NAMES[c] for c in used],
+            "series": [held[:, c].astype(np.int64).tolist() for c in used],
+            "peak_bytes": peak_bytes, "peak_time_us": round(peak_time, 3),
+            "note": f"{len(session.memory)} allocator records; bytes held per category "
+                    "(see the README's memory categories)."}
 
 
 def module_view(session: ProfileSession) -> Optional[Dict[str, Any]]:
