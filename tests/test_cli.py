@@ -339,3 +339,32 @@ def test_run_profiler_steps_contain_their_optimizer_step(tmp_path):
     assert len(steps) == 3 and len(optim) == 3
     for start, end in optim:
         assert any(s <= start and end <= e for s, e in steps), (start, end, steps)
+
+
+# -- run --report (issue 7) -------------------------------------------------------------
+
+def test_run_report_writes_the_html_beside_each_trace(tmp_path):
+    write_script(tmp_path, "train.py", TRAIN_SCRIPT)
+    result = opscope_cli("run", "-o", "out", "--report", "--schedule", "0,1,1,1", "--modules",
+                         "train.py", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["train.step1.html",
+                                                    "train.step1.pt.trace.json"]
+    page = (tmp_path / "out" / "train.step1.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "aten::addmm" in page
+    assert os.path.join("out", "train.step1.html") in result.stderr
+
+
+def test_run_report_unavailable_is_usage_error(tmp_path, monkeypatch, capsys):
+    """Without opscope.report, --report stops before the script runs."""
+    from opscope.cli.main import main
+
+    write_script(tmp_path, "train.py", "open('ran', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "opscope.report", None)  # import now fails
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--report", "train.py"])
+    out, err = capsys.readouterr()
+    assert_usage_error(subprocess.CompletedProcess([], exit_info.value.code, out, err),
+                       "--report", "unavailable")
+    assert not (tmp_path / "ran").exists()

@@ -8,9 +8,6 @@ is rewritten only when ``OPSCOPE_UPDATE_GOLDEN=1`` is set.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,20 +17,8 @@ from opscope.export.module_table import format_module_table
 from opscope.model.modules import ModuleInfo
 from synthetic import SCOPE_BACKWARD_FUNCTION, SCOPE_USER, Op, TensorSpec, make_session
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-UPDATE_GOLDEN = os.environ.get("OPSCOPE_UPDATE_GOLDEN") == "1"
+from golden_files import check_golden  # noqa: E402
 EVAL = "autograd::engine::evaluate_function: "
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        fd, tmp = tempfile.mkstemp(dir=GOLDEN, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    assert path.exists(), f"{path} is missing; run with OPSCOPE_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(encoding="utf-8")
 
 
 def addmm(start, end, seq, n_in, n_out):

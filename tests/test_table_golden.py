@@ -15,8 +15,6 @@ Everything is synthetic: no profiler runs and no time is measured.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,8 +25,7 @@ from opscope.export.table import (format_memory, format_table, format_time,
 from opscope.model.function_event import FunctionEventAvg
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).resolve().parent / "golden"
-UPDATE_GOLDEN = os.environ.get("OPSCOPE_UPDATE_GOLDEN") == "1"
+from golden_files import GOLDEN, check_golden  # noqa: E402
 
 
 def _reference_dir():
@@ -63,17 +60,6 @@ def load_rows(name: str):
             row.cpu_parent = parent
         rows.append(row)
     return data, rows
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        fd, tmp = tempfile.mkstemp(dir=GOLDEN, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    assert path.exists(), f"{path} is missing; run with OPSCOPE_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(encoding="utf-8")
 
 
 def row(key, self_us, total_us, count=1, **fields):

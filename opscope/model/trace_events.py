@@ -41,23 +41,18 @@ import json
 import math
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.events import sort_order
 from opscope.model.records import (NO_INPUTS, RECORD_DTYPE, SCOPE_BACKWARD_FUNCTION,
-                                   SCOPE_FUNCTION, SCOPE_USER, RawSession)
+                                   SCOPE_FUNCTION, RawSession)
 from opscope.model.session import OPTION_NAMES
-from opscope.model.trace_file import TraceLoadError
 from opscope.model.trace_inputs import encode_trace_inputs
+from opscope.model.trace_scan import (OP_CATEGORIES, ScannedEvents, float_column, int_column,
+                                      intern_values, op_columns, to_ns)
 
-# Event categories that are host-side ops and ranges, and their RecordFunction scope.
-OP_CATEGORIES = {
-    "cpu_op": SCOPE_FUNCTION, "operator": SCOPE_FUNCTION,
-    "user_annotation": SCOPE_USER,
-    "cuda_runtime": SCOPE_FUNCTION, "cuda_driver": SCOPE_FUNCTION, "runtime": SCOPE_FUNCTION,
-}
 # Top-level keys that describe the file, not the session (never kept as metadata).
 FORMAT_KEYS = frozenset({
     "schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit",
@@ -104,173 +99,34 @@ def split_call_stack(text: str) -> List[str]:
     return frames
 
 
-def _ns(ts: np.ndarray, origin_us: int) -> np.ndarray:
-    """Microsecond floats -> integer ns, exact to the ns for the trace's 3 decimals.
-
-    Subtracting a whole-microsecond origin first keeps the product small, so
-    large absolute timestamps (Kineto's) still round to the right nanosecond.
-    """
-    return np.rint((ts - origin_us) * 1000.0).astype(np.int64) + origin_us * 1000
-
-
-def _numbers(values: List[Any], what: str, path: str, events: Sequence[dict]) -> np.ndarray:
-    try:
-        out = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        out = None
-    if out is None or (len(out) and not np.isfinite(out).all()):
-        bad = next(i for i, v in enumerate(values)
-                   if not isinstance(v, (int, float)) or isinstance(v, bool)
-                   or not math.isfinite(v))
-        raise TraceLoadError(path, f"event {events[bad].get('name')!r} has no valid {what!r} "
-                                   f"(got {values[bad]!r}; expected microseconds)")
-    return out
-
-
-def _ints(values: List[Any], default: int) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([v if isinstance(v, int) and not isinstance(v, bool) else default
-                         for v in values], dtype=np.int64)
-
-
-class _OpColumns(NamedTuple):
-    ts: list
-    dur: list
-    names: list
-    tids: list
-    cats: list
-    args: List[dict]
-
-
-_OP_KEYS = ("ts", "dur", "name", "tid", "cat", "args")
-_EMPTY: Dict[str, Any] = {}
-
-
-def _op_columns(ops: List[dict]) -> _OpColumns:
-    """The fields the loader reads, one list each (C-speed when every event has them)."""
-    if not ops:
-        return _OpColumns([], [], [], [], [], [])
-    columns = [list(map(methodcaller("get", key), ops)) for key in _OP_KEYS]
-    ts, dur, names, tids, cats, args = columns
-    if None in dur:
-        dur = [0 if d is None else d for d in dur]
-    if set(map(type, args)) - {dict}:
-        args = [a if type(a) is dict else _EMPTY for a in args]
-    return _OpColumns(ts, dur, names, tids, cats, args)
-
-
-def _intern(values: list):
-    """(distinct values in first-seen order, int32 index of each value).
-
-    >>> _intern(["b", "a", "b"])
-    (['b', 'a'], array([0, 1, 0], dtype=int32))
-    """
-    try:
-        distinct = list(dict.fromkeys(values))
-    except TypeError:  # an unhashable value (a list where a name should be): use its text
-        values = [v if isinstance(v, (str, int, float, type(None))) else str(v) for v in values]
-        distinct = list(dict.fromkeys(values))
-    index = {v: i for i, v in enumerate(distinct)}
-    return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int32,
-                                 count=len(values))
-
-
-_GET_PH = methodcaller("get", "ph")
-_GET_CAT = methodcaller("get", "cat")
-# what an X event's category makes it
-_OP, _PYTHON, _SPAN = 1, 2, 3
-
-
-def _category_kind(cat: Any) -> int:
-    if cat in OP_CATEGORIES or (isinstance(cat, str) and cat.lower() in OP_CATEGORIES):
-        return _OP
-    return {"python_function": _PYTHON, "Trace": _SPAN}.get(cat, 0) \
-        if isinstance(cat, str) else 0
-
-
-class _Classified:
-    """The trace's events sorted into the kinds the loader uses.
-
-    Columns of ``ph`` and ``cat`` are classified with numpy; only the few
-    events that are neither ops nor ranges (flows, instants, metadata) are
-    looked at one by one.
-    """
-
-    def __init__(self, events: List[Any]):
-        self.memory: List[dict] = []
-        self.instants: List[dict] = []
-        self.flows_start: Dict[Any, dict] = {}
-        self.flows_end: Dict[Any, dict] = {}
-        self.span: Optional[dict] = None
-        self.thread_names: Dict[Any, str] = {}
-        try:
-            phs = list(map(_GET_PH, events))
-            cats = list(map(_GET_CAT, events))
-        except AttributeError:  # an event that is not an object: skip those
-            events = [e for e in events if type(e) is dict]
-            phs = list(map(_GET_PH, events))
-            cats = list(map(_GET_CAT, events))
-        ph_names, ph_id = _intern(phs)
-        cat_names, cat_id = _intern(cats)
-        kind = np.array([_category_kind(c) for c in cat_names] + [0], dtype=np.int8)[cat_id]
-        is_x = ph_id == (ph_names.index("X") if "X" in ph_names else -1)
-        kind = np.where(is_x, kind, 0)
-        rows = np.flatnonzero((kind == _OP) | (kind == _PYTHON))
-        self.ops: List[dict] = [events[i] for i in rows.tolist()]
-        self.is_python = kind[rows] == _PYTHON
-        spans = np.flatnonzero(kind == _SPAN)
-        if len(spans):
-            self.span = events[int(spans[0])]
-        other = [ph_names.index(p) for p in ("i", "I", "s", "f", "M") if p in ph_names]
-        for i in np.flatnonzero(np.isin(ph_id, other)).tolist():
-            self._other(events[i])
-
-    def _other(self, e: dict) -> None:
-        ph = e.get("ph")
-        if ph in ("i", "I"):
-            if e.get("name") == "[memory]":
-                self.memory.append(e)
-            elif e.get("cat") == "cpu_instant_event":
-                self.instants.append(e)
-        elif ph in ("s", "f"):
-            if e.get("cat") == "fwdbwd":
-                (self.flows_start if ph == "s" else self.flows_end)[e.get("id")] = e
-        elif e.get("name") == "thread_name":
-            name = (e.get("args") or {}).get("name")
-            if isinstance(name, str):
-                self.thread_names[e.get("tid")] = name
-
-
 def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     """Build the records, stacks, memory events and settings of a parsed trace.
 
     ``path`` is only used in error messages.
     """
-    found = _Classified(doc["traceEvents"])
+    found = ScannedEvents(doc["traceEvents"])
     ops = found.ops
     base_ns = doc.get("baseTimeNanoseconds")
     epoch_offset_ns = base_ns if isinstance(base_ns, int) and not isinstance(base_ns, bool) \
         else 0
 
-    cols = _op_columns(ops)
-    ts = _numbers(cols.ts, "ts", path, ops)
-    dur = _numbers(cols.dur, "dur", path, ops)
+    cols = op_columns(ops)
+    ts = float_column(cols.ts, "ts", path, ops)
+    dur = float_column(cols.dur, "dur", path, ops)
     all_ts = [ts] + [np.array([e.get("ts")], dtype=np.float64)
                      for e in ([found.span] if found.span else [])]
     origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
-    start = _ns(ts, origin_us)
+    start = to_ns(ts, origin_us)
     end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
 
-    names, name_id = _intern(cols.names)
-    tids, thread_index = _intern(cols.tids)
+    names, name_id = intern_values(cols.names)
+    tids, thread_index = intern_values(cols.tids)
     thread_ids = [t if isinstance(t, int) and not isinstance(t, bool) else k
                   for k, t in enumerate(tids)]
     args = cols.args
-    seq = _ints(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
-    fwd = _ints(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0)
-    cat_names, cat_id = _intern(cols.cats)
+    seq = int_column(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
+    fwd = int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0)
+    cat_names, cat_id = intern_values(cols.cats)
     cat_scope = np.array([OP_CATEGORIES.get(c, OP_CATEGORIES.get(str(c).lower(), 0))
                           for c in cat_names], dtype=np.uint8)
     scope = cat_scope[cat_id] if len(ops) else np.zeros(0, dtype=np.uint8)
@@ -300,7 +156,7 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     flops: Optional[np.ndarray] = None
     flop_values = list(map(methodcaller("get", "flops", 0), args))
     if flop_values.count(0) < len(flop_values):
-        flops = _ints(flop_values, 0)
+        flops = int_column(flop_values, 0)
 
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
@@ -332,7 +188,7 @@ def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us:
     """(start, stop) of the recorded window: the trace's span event, else the ops' extent."""
     if span is not None:
         try:
-            s = int(_ns(np.array([span["ts"]], dtype=np.float64), origin_us)[0])
+            s = int(to_ns(np.array([span["ts"]], dtype=np.float64), origin_us)[0])
             d = int(round(float(span.get("dur", 0)) * 1000))
             if d >= 0:
                 return s, s + d
@@ -343,7 +199,7 @@ def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us:
     return 0, 0
 
 
-def _rf_thread_ids(found: _Classified, ops: List[dict], fwd: np.ndarray,
+def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
                    tids: List[Any]) -> np.ndarray:
     """RecordFunction thread id per thread index (as ``Fwd thread id`` refers to it).
 
@@ -446,7 +302,7 @@ def _memory_events(events: List[dict], origin_us: int, path: str) -> List[Dict[s
     """``[memory]`` instants as dicts: ``ts_ns`` (session clock), ``pid``, ``tid`` and the args."""
     if not events:
         return []
-    ts = _ns(_numbers([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
+    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
     out = []
     for e, t in zip(events, ts):
         item: Dict[str, Any] = {"ts_ns": t, "pid": e.get("pid"), "tid": e.get("tid")}
@@ -461,7 +317,7 @@ def _marks(events: List[dict], origin_us: int, path: str) -> List[Tuple[int, int
     """(ns, OS thread id, message) of each CPU instant event (``opscope.itt.mark``)."""
     if not events:
         return []
-    ts = _ns(_numbers([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
+    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
     return [(t, e.get("tid") if isinstance(e.get("tid"), int) else 0, str(e.get("name")))
             for t, e in zip(ts, events)]
 
