@@ -32,6 +32,8 @@ REPO = BENCH_DIR.parent
 CONFIGS: Dict[str, dict] = {
     "default": {},
     "record_shapes": {"record_shapes": True},
+    # the "record_shapes + with_stack + profile_memory" target
+    "shapes_stack_memory": {"record_shapes": True, "with_stack": True, "profile_memory": True},
     "all_on": {"record_shapes": True, "profile_memory": True, "with_stack": True,
                "with_flops": True, "with_modules": True},
 }

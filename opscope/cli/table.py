@@ -102,7 +102,7 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
                   row_limit: int = DEFAULT_ROW_LIMIT, group_by: Optional[GroupBy] = None) -> str:
     """The table ``opscope table`` prints for ``session``.
 
-    Ops: ``key_averages`` rows (with the session's FLOPs) in torch's table;
+    Ops: ``key_averages`` rows (with the session's memory and FLOPs) in torch's table;
     modules: the module tree of ``opscope.analysis.modules``.
     """
     from opscope.analysis.aggregate import key_averages
@@ -117,7 +117,8 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
     rows = key_averages(session.table,
                         group_by_input_shape=group_by is not None and group_by.kind == "shape",
                         group_by_stack_n=group_by.frames if group_by is not None else 0,
-                        stacks=session.stacks, flops=session.flops)
+                        stacks=session.stacks, memory=session.event_memory,
+                        flops=session.flops)
     return EventList(rows, profile_memory=bool(options.get("profile_memory")),
                      with_flops=bool(options.get("with_flops"))).table(
         sort_by=sort or DEFAULT_SORT, row_limit=row_limit)

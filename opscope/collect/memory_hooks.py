@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Callable, List, Tuple
 
 import numpy as np
@@ -43,6 +44,7 @@ class TensorSightings:
         self._clock = clock
         self._rows: List[Tuple[int, int, int, int, int, int]] = []
         self._seen_modules: set = set()
+        self._seen_tensors: dict = {}  # id -> (weakref, data_ptr), see _see_once
         self._depth = threading.local()
         self._handles: list = []
         self._saved_hooks = None
@@ -80,15 +82,28 @@ class TensorSightings:
         self._see(tensor, ACTIVATION)
         return tensor
 
+    def _see_once(self, tensor, category: int) -> None:
+        """``_see``, skipped for a tensor already seen at the same address (one
+        sighting covers an allocation's whole life): parameters and optimizer
+        state are the same tensors every step."""
+        if not isinstance(tensor, torch.Tensor):
+            return
+        ptr = tensor.data_ptr()
+        known = self._seen_tensors.get(id(tensor))
+        if known is not None and known[1] == ptr and known[0]() is tensor:
+            return
+        self._seen_tensors[id(tensor)] = (weakref.ref(tensor), ptr)
+        self._see(tensor, category)
+
     def _after_step(self, optimizer, args, kwargs):
         for group in optimizer.param_groups:
             for p in group["params"]:
-                self._see(p, PARAMETER)
+                self._see_once(p, PARAMETER)
                 if p.grad is not None:
-                    self._see(p.grad, GRADIENT)
+                    self._see_once(p.grad, GRADIENT)
         for state in optimizer.state.values():
             for value in state.values():
-                self._see(value, OPTIMIZER_STATE)
+                self._see_once(value, OPTIMIZER_STATE)
 
     # -- lifetime -----------------------------------------------------------------
     def install(self) -> None:

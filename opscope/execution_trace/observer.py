@@ -66,7 +66,7 @@ class ExecutionTraceObserver:
             raise TypeError("ExecutionTraceObserver.register_callback: output_file_path must "
                             f"be a str path, got {type(output_file_path).__name__}")
         path = check_output_folder(output_file_path)
-        from opscope.execution_trace.collect import NodeCollector
+        from opscope.collect.execution_trace import NodeCollector
         from opscope.execution_trace.writer import ExecutionTraceWriter
 
         collector = NodeCollector.load()

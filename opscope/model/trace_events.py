@@ -20,8 +20,11 @@ per Python function, and ops nest under them.
   re-encoded (see ``trace_inputs``); ``Call stack`` ("f(1): a;g(2): b;",
   innermost first) is split into frames.
 
-``[memory]`` instant events become plain dicts. Records come out sorted by
-``(start, -end)``. Device-side events (GPU kernels, memcpy) are not read.
+``[memory]`` instant events become the allocator records of ``raw.memory``
+(``records.MEMORY_DTYPE``), which ``build_session`` attributes to ops as it
+does for a live profile. Records come out sorted by ``(start, -end)``.
+Device-side events (GPU kernels, memcpy) are not read. The scan over the
+events is in ``trace_scan``.
 
 Example::
 
@@ -40,14 +43,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.events import sort_order
-from opscope.model.records import (NO_INPUTS, RECORD_DTYPE, SCOPE_BACKWARD_FUNCTION,
-                                   SCOPE_FUNCTION, RawSession)
+from opscope.model.records import (MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE,
+                                   SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, RawSession)
 from opscope.model.session import OPTION_NAMES
 from opscope.model.trace_inputs import encode_trace_inputs
 from opscope.model.trace_scan import (OP_CATEGORIES, ScannedEvents, float_column, int_column,
@@ -79,7 +83,6 @@ class TraceContents:
     stacks: Optional[List[Optional[List[str]]]]
     options: Dict[str, bool]
     metadata: Dict[str, str]
-    memory_events: List[Dict[str, Any]] = field(default_factory=list)
     python_function_names: List[str] = field(default_factory=list)
     module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     flops: Optional[np.ndarray] = None
@@ -121,6 +124,7 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
 
     names, name_id = intern_values(cols.names)
     tids, thread_index = intern_values(cols.tids)
+    memory = _memory_records(found.memory, origin_us, path, tids)  # may add threads
     thread_ids = [t if isinstance(t, int) and not isinstance(t, bool) else k
                   for k, t in enumerate(tids)]
     args = cols.args
@@ -172,11 +176,11 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
         records=records, inputs=inputs, thread_ids=thread_ids,
         names=[n if isinstance(n, str) else str(n) for n in names],
         start_ns=start_ns, stop_ns=stop_ns, epoch_offset_ns=epoch_offset_ns,
-        collector="trace", process_id=pids[0] if pids and isinstance(pids[0], int) else 0)
+        collector="trace", process_id=pids[0] if pids and isinstance(pids[0], int) else 0,
+        memory=memory)
     options, metadata = _settings(doc)
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
-        memory_events=_memory_events(found.memory, origin_us, path),
         python_function_names=[str(n) for n in dict.fromkeys(
             cols.names[i] for i in np.flatnonzero(found.is_python).tolist())],
         module_args=_module_args(ops, args, user_rows), flops=flops,
@@ -257,7 +261,9 @@ def _encode_inputs(args: List[dict], thread_index: np.ndarray, n_threads: int,
     blobs: List[List[int]] = [[] for _ in range(n_threads)]
     offsets: List[Dict[str, int]] = [{} for _ in range(n_threads)]
     encoded: Dict[str, List[int]] = {}
-    rows = [i for i, a in enumerate(args) if "Input Dims" in a or "Input type" in a]
+    has = np.fromiter(map(dict.__contains__, args, repeat("Input Dims")), bool, len(args))
+    has |= np.fromiter(map(dict.__contains__, args, repeat("Input type")), bool, len(args))
+    rows = np.flatnonzero(has).tolist()
     threads = thread_index[rows].tolist()
     found: List[int] = []
     for i, t in zip(rows, threads):
@@ -298,18 +304,35 @@ def _settings(doc: Dict[str, Any]):
     return options, metadata
 
 
-def _memory_events(events: List[dict], origin_us: int, path: str) -> List[Dict[str, Any]]:
-    """``[memory]`` instants as dicts: ``ts_ns`` (session clock), ``pid``, ``tid`` and the args."""
+_MEMORY_ARGS = (("addr", "Addr"), ("bytes", "Bytes"), ("total_allocated", "Total Allocated"),
+                ("total_reserved", "Total Reserved"), ("device_type", "Device Type"),
+                ("device_index", "Device Id"))
+
+
+def _memory_records(events: List[dict], origin_us: int, path: str,
+                    tids: List[Any]) -> np.ndarray:
+    """``[memory]`` instants as allocator records (``MEMORY_DTYPE``), in trace order.
+
+    A thread seen only in memory events is appended to ``tids``.
+    """
+    out = np.zeros(len(events), dtype=MEMORY_DTYPE)
     if not events:
-        return []
-    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
-    out = []
-    for e, t in zip(events, ts):
-        item: Dict[str, Any] = {"ts_ns": t, "pid": e.get("pid"), "tid": e.get("tid")}
-        a = e.get("args")
-        if isinstance(a, dict):
-            item.update((k, v) for k, v in a.items() if k != "Ev Idx")
-        out.append(item)
+        return out
+    out["time_ns"] = to_ns(float_column([e.get("ts") for e in events], "ts", path, events),
+                           origin_us)
+    index = {t: i for i, t in enumerate(tids)}
+    for e in events:
+        if e.get("tid") not in index:
+            index[e.get("tid")] = len(tids)
+            tids.append(e.get("tid"))
+    out["thread_index"] = [index[e.get("tid")] for e in events]
+    args = [e.get("args") if type(e.get("args")) is dict else {} for e in events]
+    for column, key in _MEMORY_ARGS:
+        default = -1 if column == "device_index" else 0
+        values = int_column(list(map(methodcaller("get", key, default), args)), default)
+        if column.startswith("device"):
+            values = np.clip(values, -128, 127)
+        out[column] = values
     return out
 
 

@@ -5,8 +5,13 @@ folder written by ``tensorboard_trace_handler`` (then the newest
 ``*.pt.trace.json[.gz]`` in it, by modification time), rebuilds the op and
 range events as a ``RawSession`` and analyses it with the same
 ``build_session`` a live profile uses. So every analysis, table and export
-works on it as on a live session. For opscope's own traces times round-trip
-to the nanosecond, so ``key_averages`` tables come out identical.
+works on it as on a live session: what the trace recorded comes back in the
+session's usual fields (input shapes, ``stacks`` from ``Call stack``,
+``memory``/``event_memory`` from the ``[memory]`` events, ``modules`` from the
+module ranges, ``flops`` from the ``flops`` args, ``metadata`` and
+``options`` from the top-level keys). For opscope's own traces times
+round-trip to the nanosecond, so ``key_averages`` tables come out identical
+and the trace written again has the same events.
 
 Any problem with the file raises :class:`TraceLoadError` (a ``ValueError``)
 with a one-line message naming the file.
@@ -41,7 +46,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.records import FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 from opscope.model.trace_events import TraceContents, trace_contents
 from opscope.model.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
@@ -53,13 +58,9 @@ __all__ = ["LoadedSession", "TraceLoadError", "load_session", "resolve_trace_pat
 
 @dataclass
 class LoadedSession(ProfileSession):
-    """A ProfileSession read from a trace file, plus what the file held beside the ops.
+    """A ProfileSession read from a trace file, plus what only a file has.
 
     - ``source_path``: the file read (for a folder, the trace chosen in it);
-    - ``memory_events``: the ``[memory]`` instant events, one dict each, with
-      ``ts_ns`` (the session's clock, like ``table.start_ns``), ``pid``, ``tid``
-      and the trace's args (``Bytes``, ``Total Allocated``, ``Total Reserved``,
-      ``Addr``, ``Device Type``, ``Device Id``, ...);
     - ``python_function_rows``: per table row, True where it came from a
       ``python_function`` event (torch's ``with_stack`` traces), which count as
       events in ``key_averages`` as torch counts them;
@@ -67,7 +68,6 @@ class LoadedSession(ProfileSession):
     """
 
     source_path: str = ""
-    memory_events: List[Dict[str, Any]] = field(default_factory=list)
     python_function_rows: Optional[np.ndarray] = None
     thread_names: Dict[int, str] = field(default_factory=dict)
 
@@ -89,37 +89,49 @@ def load_session(path: "str | os.PathLike[str]") -> LoadedSession:
     session = build_session(contents.raw, options=contents.options, metadata=contents.metadata,
                             modules=_modules(contents), marks=contents.marks)
     mark_backward_nodes(session.table)
-    per_row = _PerRow(contents, len(session.table))
+    per_row = _PerRow(contents, session.table)
     if contents.flops is not None:
         session.flops = per_row.take(contents.flops)
     session.stacks = per_row.take(contents.stacks)
     session.trace_name = file
     fields = {f.name: getattr(session, f.name) for f in dataclasses.fields(ProfileSession)}
     return LoadedSession(
-        **fields, source_path=file, memory_events=contents.memory_events,
+        **fields, source_path=file,
         python_function_rows=_rows_named(session.table, contents.python_function_names),
         thread_names=contents.thread_names)
 
 
 class _PerRow:
-    """Maps per-record values (trace order, sorted) to the session's table rows."""
+    """Maps per-record values (trace order, sorted) to the session's table rows.
 
-    def __init__(self, contents: TraceContents, n_rows: int):
+    The table holds the records ``build_session`` kept, in their order, plus
+    the ``[memory]`` events it adds for allocations outside any op
+    (``FLAG_MEMORY``), which take 0 or None.
+    """
+
+    def __init__(self, contents: TraceContents, table):
         self.contents = contents
-        self.n_rows = n_rows
+        self.table = table
         self._rows: Optional[np.ndarray] = None
+        self._records: Optional[np.ndarray] = None
 
     def take(self, values):
         """``values`` (per record) picked for each table row; None stays None."""
         if values is None:
             return None
         if self._rows is None:
-            self._rows = kept_records(self.contents)
-            if len(self._rows) != self.n_rows:  # cannot happen while build_session
-                raise AssertionError("trace loader: rows do not match build_session's")
+            self._records = kept_records(self.contents)
+            self._rows = np.flatnonzero((self.table.flags & FLAG_MEMORY) == 0)
+            if len(self._rows) != len(self._records):  # cannot happen (see kept_records)
+                raise AssertionError("trace loader: table rows do not match the records")
         if isinstance(values, np.ndarray):
-            return values[self._rows]
-        return [values[i] for i in self._rows.tolist()]
+            out = np.zeros(len(self.table), dtype=values.dtype)
+            out[self._rows] = values[self._records]
+            return out
+        out_list: List[Any] = [None] * len(self.table)
+        for row, record in zip(self._rows.tolist(), self._records.tolist()):
+            out_list[row] = values[record]
+        return out_list
 
 
 def _rows_named(table, names: List[str]) -> np.ndarray:
