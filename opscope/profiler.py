@@ -22,7 +22,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activities
-from opscope.analysis.aggregate import key_averages as aggregate_rows
+from opscope.analysis.aggregate import session_key_averages
 from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
@@ -300,10 +300,8 @@ class profile:
         if group_by_overload_name:
             return self.events().key_averages(group_by_input_shape, group_by_stack_n,
                                               group_by_overload_name=True)
-        session = self.session
-        rows = aggregate_rows(session.table, group_by_input_shape=group_by_input_shape,
-                              group_by_stack_n=group_by_stack_n, stacks=session.stacks,
-                              memory=session.event_memory, flops=session.flops)
+        rows = session_key_averages(self.session, group_by_input_shape=group_by_input_shape,
+                                    group_by_stack_n=group_by_stack_n)
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
 
     def _module_averages(self, group_by: str) -> ModuleList:

@@ -22,7 +22,7 @@ from opscope.event_list import EventList
 from opscope.export.chrome_trace import write_chrome_trace
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_USER, decode_inputs
 from opscope.model.trace_inputs import encode_trace_inputs
-from opscope.model.trace_loader import LoadedSession, TraceLoadError, load_session
+from opscope.analysis.trace_loader import LoadedSession, TraceLoadError, load_session
 
 from synthetic import Op, TensorSpec, make_session
 from workloads import mlp_step_fn

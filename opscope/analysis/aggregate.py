@@ -130,6 +130,20 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
     return rows
 
 
+def session_key_averages(session, *, group_by_input_shape: bool = False,
+                         group_by_stack_n: int = 0) -> List[FunctionEventAvg]:
+    """``key_averages`` of a ProfileSession, with its stacks, memory and FLOPs.
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> session_key_averages(build_session(RawSession.empty()))
+    []
+    """
+    return key_averages(session.table, group_by_input_shape=group_by_input_shape,
+                        group_by_stack_n=group_by_stack_n, stacks=session.stacks,
+                        memory=session.event_memory, flops=session.flops)
+
+
 def _string_groups(table: EventTable, base_key: np.ndarray, by_shape: bool, stack_n: int,
                    stacks: Optional[Sequence]) -> np.ndarray:
     keys: Dict[tuple, int] = {}

@@ -67,7 +67,7 @@ def output_path(output: str, trace_file: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Load the trace and write its report; return the exit status."""
-    from opscope.model.trace_loader import TraceLoadError, load_session, resolve_trace_path
+    from opscope.analysis.trace_loader import TraceLoadError, load_session, resolve_trace_path
     from opscope.report import write_report
 
     try:

@@ -105,7 +105,7 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
     Ops: ``key_averages`` rows (with the session's memory and FLOPs) in torch's table;
     modules: the module tree of ``opscope.analysis.modules``.
     """
-    from opscope.analysis.aggregate import key_averages
+    from opscope.analysis.aggregate import session_key_averages
     from opscope.event_list import EventList, ModuleList
 
     options = session.options
@@ -114,11 +114,9 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
 
         rows = ModuleList(module_rows(session), with_flops=bool(options.get("with_flops")))
         return rows.table(sort_by=sort, row_limit=row_limit)
-    rows = key_averages(session.table,
-                        group_by_input_shape=group_by is not None and group_by.kind == "shape",
-                        group_by_stack_n=group_by.frames if group_by is not None else 0,
-                        stacks=session.stacks, memory=session.event_memory,
-                        flops=session.flops)
+    rows = session_key_averages(
+        session, group_by_input_shape=group_by is not None and group_by.kind == "shape",
+        group_by_stack_n=group_by.frames if group_by is not None else 0)
     return EventList(rows, profile_memory=bool(options.get("profile_memory")),
                      with_flops=bool(options.get("with_flops"))).table(
         sort_by=sort or DEFAULT_SORT, row_limit=row_limit)

@@ -14,7 +14,7 @@ import os
 
 from opscope.cli.errors import UsageError
 from opscope.cli.progress import progress
-from opscope.model.trace_loader import LoadedSession, TraceLoadError, load_session
+from opscope.analysis.trace_loader import LoadedSession, TraceLoadError, load_session
 
 
 def load_trace(path: str) -> LoadedSession:
