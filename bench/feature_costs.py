@@ -16,7 +16,7 @@ import time
 
 import common
 
-N, N_QUICK = 20_000, 2_000
+N, N_QUICK = 100_000, 2_000
 DEPTH = 30
 
 
@@ -55,7 +55,7 @@ def profiled(profile_cls, body, **options):
 
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, help="repetitions (default 7, 1 with --quick)")
+    p.add_argument("--reps", type=int, help="repetitions (default 11, 1 with --quick)")
     p.add_argument("-n", type=int, help=f"loop iterations (default {N:,})")
     args = common.parse_args(p)
     import torch.profiler
@@ -64,7 +64,7 @@ def main() -> None:
 
     common.prepare_opscope()
     n = args.n or (N_QUICK if args.quick else N)
-    reps = args.reps or (1 if args.quick else 7)
+    reps = args.reps or (1 if args.quick else 11)
     alloc, deep = alloc_loop(n), deep_add_loop(n)
     variants = {
         "opscope alloc": profiled(opscope.profile, alloc),

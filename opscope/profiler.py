@@ -233,7 +233,7 @@ class profile:
         if self.profile_memory:
             from opscope.collect.memory_hooks import TensorSightings
 
-            self._sightings = TensorSightings(clock=self._collector.now_ns)
+            self._sightings = TensorSightings()
             self._sightings.install()
         self._recording = True
         set_recording_collector(self._collector)

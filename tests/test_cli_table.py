@@ -13,14 +13,13 @@ import os
 import subprocess
 
 import pytest
-import torch
 
 import opscope
 from opscope.cli.main import main
 
 from test_cli import assert_usage_error, opscope_cli
 from test_trace_loader import table_cells
-from workloads import mlp_step_fn
+from workloads import mlp_step_fn, torch_profiler_trace
 
 
 def printed(text: str) -> str:
@@ -147,12 +146,8 @@ def test_tensorboard_folder(tmp_path, capsys):
 
 
 def test_torch_profiler_trace_prints_torchs_table(tmp_path, capsys):
-    step = mlp_step_fn()
-    step()
-    with torch.profiler.profile() as prof:
-        step()
     path = str(tmp_path / "torch.json")
-    prof.export_chrome_trace(path)
+    prof = torch_profiler_trace(path)
     code, out, _ = run_cli(capsys, "table", path, "--sort", "cpu_time_total", "--limit", "12")
     assert code == 0
     expected = prof.key_averages().table(sort_by="cpu_time_total", row_limit=12)

@@ -25,7 +25,7 @@ from opscope.model.trace_inputs import encode_trace_inputs
 from opscope.analysis.trace_loader import LoadedSession, TraceLoadError, load_session
 
 from synthetic import Op, TensorSpec, make_session
-from workloads import mlp_step_fn
+from workloads import mlp_step_fn, torch_profiler_trace
 
 RANGE_NAME = 'train "step" \\ 1'  # quotes and a backslash must survive the round trip
 
@@ -251,12 +251,8 @@ def table_cells(text: str) -> list:
 
 
 def test_torch_table_matches_torchs_own(tmp_path):
-    step = mlp_step_fn()
-    step()
-    with torch.profiler.profile() as prof:
-        step()
     path = str(tmp_path / "torch.json")
-    prof.export_chrome_trace(path)
+    prof = torch_profiler_trace(path)
     expected = prof.key_averages().table(sort_by="cpu_time_total", row_limit=15)
     got = EventList(key_averages(load_session(path).table)).table(sort_by="cpu_time_total",
                                                                   row_limit=15)

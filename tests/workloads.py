@@ -51,3 +51,16 @@ def transformer_step_fn(seed: int = 0):
         opt.step()
 
     return step
+
+
+def torch_profiler_trace(path):
+    """One MLP step (after a warm-up) profiled by the real torch.profiler, its trace
+    written to ``path``; returns the torch profiler."""
+    import torch.profiler
+
+    step = mlp_step_fn()
+    step()
+    with torch.profiler.profile() as prof:
+        step()
+    prof.export_chrome_trace(str(path))
+    return prof

@@ -5,13 +5,15 @@ window, for memory that existed before) to its free (or the end). Its
 category comes from what was observed, never from a guess:
 
 1. a sighting (``opscope.collect.memory_hooks``) of a tensor whose storage is
-   the block: PARAMETER, OPTIMIZER_STATE, GRADIENT, INPUT or ACTIVATION,
-   the first of these in that order when several apply;
+   the block: PARAMETER, OPTIMIZER_STATE, GRADIENT or INPUT, the first of
+   these in that order when several apply;
 2. else TEMPORARY, when it is allocated and freed within one op (an aten op
    whose interval holds both, on one thread);
-3. else AUTOGRAD_DETAIL, when it is allocated inside a backward node and is
-   no parameter's ``.grad``;
-4. else unknown.
+3. else ACTIVATION, when it is allocated outside backward and freed inside it:
+   autograd frees what a node saved for backward as that node runs;
+4. else AUTOGRAD_DETAIL, when it is allocated inside backward and is no
+   parameter's ``.grad``;
+5. else unknown.
 
 Example::
 
@@ -33,11 +35,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from opscope.analysis.stacks import inherit_down
-from opscope.model.memory import (AUTOGRAD_DETAIL, SIGHTING_DTYPE, SIGHTING_PRIORITY,
-                                  TEMPORARY, UNKNOWN)
+from opscope.model.memory import (ACTIVATION, AUTOGRAD_DETAIL, SIGHTING_DTYPE,
+                                  SIGHTING_PRIORITY, TEMPORARY, UNKNOWN)
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 
+EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 BEFORE = -1  # t_alloc of memory that existed before the window
 ALIVE = -1  # t_free of memory still held at the end
 
@@ -125,6 +128,8 @@ def _add_sighted(blocks: Blocks, sightings: np.ndarray) -> Tuple[Blocks, np.ndar
         if k in created:
             hit[j] = created[k]
             continue
+        if nbytes < 0:  # size unknown (a saved tensor): only in-window blocks match
+            continue
         # existed before the window: alive until its address is allocated again
         later = bisect.bisect_right(lst, (ts, 1 << 62))
         end = lst[later][0] if later < len(lst) else ALIVE
@@ -191,10 +196,24 @@ def _unsighted_categories(session: ProfileSession, blocks: Blocks, category: np.
                                  == table.thread_index[np.maximum(f_owner, 0)])
     temp = same_thread & (table.scope[np.maximum(cand, 0)] == SCOPE_FUNCTION)
     category[temp] = TEMPORARY
-    is_node = (table.scope == SCOPE_BACKWARD_FUNCTION).astype(np.int8)
-    in_bwd = inherit_down(table.parent, is_node, is_node == 0).astype(bool) | (is_node == 1)
-    detail = todo & ~temp & (a_owner >= 0) & in_bwd[np.maximum(a_owner, 0)]
-    category[detail] = AUTOGRAD_DETAIL
+    in_bwd = in_backward(table)
+    alloc_bwd = (a_owner >= 0) & in_bwd[np.maximum(a_owner, 0)]
+    free_bwd = (f_owner >= 0) & in_bwd[np.maximum(f_owner, 0)]
+    # autograd releases what a node saved as the node runs: memory made outside
+    # backward and freed inside it was held for backward
+    saved = todo & ~temp & ~alloc_bwd & free_bwd
+    category[saved] = ACTIVATION
+    category[todo & ~temp & alloc_bwd] = AUTOGRAD_DETAIL
+
+
+def in_backward(table) -> np.ndarray:
+    """True for events run by the autograd engine: backward nodes, the engine's
+    ``evaluate_function`` ranges, and everything under them."""
+    names = table.symbols.names
+    engine_ids = [k for k, name in enumerate(names) if name.startswith(EVALUATE_PREFIX)]
+    mark = (table.scope == SCOPE_BACKWARD_FUNCTION) | np.isin(table.name_id, engine_ids)
+    flag = mark.astype(np.int8)
+    return inherit_down(table.parent, flag, ~mark).astype(bool) | mark
 
 
 def _empty_memory() -> np.ndarray:

@@ -5,8 +5,6 @@ what, by storage address and time:
 
 * a module's parameters, the first time the module runs (``PARAMETER``);
 * the tensor arguments of an outermost module call (``INPUT``);
-* tensors autograd saves for backward, through a default saved-tensors hook
-  (``ACTIVATION``);
 * after each ``optimizer.step()``: the parameters, their ``.grad``
   (``GRADIENT``) and every tensor in ``optimizer.state`` (``OPTIMIZER_STATE``).
 
@@ -15,42 +13,45 @@ Nothing is kept but integers: no tensor outlives its own use.
 Example::
 
     >>> import torch
-    >>> hooks = TensorSightings(clock=lambda: 0)
+    >>> hooks = TensorSightings()
     >>> hooks.install()
     >>> _ = torch.nn.Linear(2, 2)(torch.ones(1, 2))
     >>> hooks.uninstall()
     >>> sorted({CATEGORY_NAMES[c] for c in hooks.to_array()["category"].tolist()})
-    ['ACTIVATION', 'INPUT', 'PARAMETER']
+    ['INPUT', 'PARAMETER']
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from typing import Callable, List, Tuple
+from time import monotonic_ns
+from typing import List, Tuple
 
 import numpy as np
 import torch
 
-from opscope.model.memory import (ACTIVATION, CATEGORY_NAMES, GRADIENT, INPUT,  # noqa: F401
+from opscope.model.memory import (CATEGORY_NAMES, GRADIENT, INPUT,  # noqa: F401 (doctest)
                                   OPTIMIZER_STATE, PARAMETER, SIGHTING_DTYPE)
 
 
 
 class TensorSightings:
-    """Installs the hooks; ``to_array()`` returns what they saw (SIGHTING_DTYPE)."""
+    """Installs the hooks; ``to_array()`` returns what they saw (SIGHTING_DTYPE).
 
-    def __init__(self, clock: Callable[[], int]):
-        self._clock = clock
+    Times are CLOCK_MONOTONIC ns (``time.monotonic_ns``), the clock of both collectors.
+    """
+
+    def __init__(self):
         self._rows: List[Tuple[int, int, int, int, int, int]] = []
-        self._seen_modules: set = set()
+        # id -> (weakref, is outermost) for every module seen and its submodules
+        self._module_roles: dict = {}
         self._seen_tensors: dict = {}  # id -> (weakref, data_ptr), see _see_once
-        self._depth = threading.local()
+        self._optimizers: dict = {}  # id -> weakref of each optimizer stepped
         self._handles: list = []
-        self._saved_hooks = None
 
     # -- hooks --------------------------------------------------------------------
     def _see(self, tensor, category: int) -> None:
+        """Note the storage of ``tensor`` with its size (it may predate the window)."""
         if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
             return
         try:
@@ -61,31 +62,34 @@ class TensorSightings:
         if ptr and nbytes:
             device = tensor.device
             index = -1 if device.index is None else device.index
-            self._rows.append((self._clock(), ptr, nbytes, category,
+            self._rows.append((monotonic_ns(), ptr, nbytes, category,
                                _DEVICE_TYPES.get(device.type, -1), index))
 
     def _pre_forward(self, module, args):
-        depth = getattr(self._depth, "value", 0)
-        self._depth.value = depth + 1
-        if id(module) not in self._seen_modules:
-            self._seen_modules.add(id(module))
-            for p in module.parameters(recurse=False):
-                self._see(p, PARAMETER)
-        if depth == 0:
+        known = self._module_roles.get(id(module))
+        if known is not None and known[0]() is module:
+            if known[1]:  # an outermost module: its tensor arguments are the input
+                for a in args:
+                    self._see(a, INPUT)
+            return
+        # a module seen for the first time: an outermost one unless it sits below one
+        # already seen; its parameters, and its submodules', are noted now
+        root = self._module_roles.get(id(module), (None, True))[1]
+        for sub in module.modules():
+            if sub is not module:
+                self._module_roles[id(sub)] = (weakref.ref(sub), False)
+        self._module_roles[id(module)] = (weakref.ref(module), root)
+        for p in module.parameters():
+            self._see_once(p, PARAMETER)
+        if root:
             for a in args:
                 self._see(a, INPUT)
 
-    def _post_forward(self, module, args, output):
-        self._depth.value = max(0, getattr(self._depth, "value", 1) - 1)
-
-    def _pack(self, tensor):
-        self._see(tensor, ACTIVATION)
-        return tensor
-
-    def _see_once(self, tensor, category: int) -> None:
+    def _see_once(self, tensor, category: int, size_known: bool = True) -> None:
         """``_see``, skipped for a tensor already seen at the same address (one
         sighting covers an allocation's whole life): parameters and optimizer
-        state are the same tensors every step."""
+        state are the same tensors every step. With ``size_known=False`` only the
+        address is noted (cheaper), for memory allocated in the window."""
         if not isinstance(tensor, torch.Tensor):
             return
         ptr = tensor.data_ptr()
@@ -93,17 +97,28 @@ class TensorSightings:
         if known is not None and known[1] == ptr and known[0]() is tensor:
             return
         self._seen_tensors[id(tensor)] = (weakref.ref(tensor), ptr)
-        self._see(tensor, category)
+        if size_known or not tensor.is_cpu:
+            self._see(tensor, category)
+        else:
+            base = ptr - tensor.storage_offset() * tensor.element_size()
+            self._rows.append((monotonic_ns(), base, -1, category, 0, -1))
 
     def _after_step(self, optimizer, args, kwargs):
+        # the first step seen may show tensors made before the window (sizes
+        # needed); later ones only new gradients and new state, made in it
+        seen = self._optimizers.get(id(optimizer))
+        first = seen is None or seen() is not optimizer
+        self._optimizers[id(optimizer)] = weakref.ref(optimizer)
         for group in optimizer.param_groups:
             for p in group["params"]:
-                self._see_once(p, PARAMETER)
-                if p.grad is not None:
-                    self._see_once(p.grad, GRADIENT)
+                if first:
+                    self._see_once(p, PARAMETER)
+                grad = p.grad
+                if grad is not None:
+                    self._see_once(grad, GRADIENT, first)
         for state in optimizer.state.values():
             for value in state.values():
-                self._see_once(value, OPTIMIZER_STATE)
+                self._see_once(value, OPTIMIZER_STATE, first)
 
     # -- lifetime -----------------------------------------------------------------
     def install(self) -> None:
@@ -112,29 +127,16 @@ class TensorSightings:
 
         self._handles = [
             nn_module.register_module_forward_pre_hook(self._pre_forward),
-            nn_module.register_module_forward_hook(self._post_forward, always_call=True),
             register_optimizer_step_post_hook(self._after_step),
         ]
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
-        self._saved_hooks.__enter__()
 
     def uninstall(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        if self._saved_hooks is not None:
-            hooks, self._saved_hooks = self._saved_hooks, None
-            try:
-                hooks.__exit__(None, None, None)
-            except RuntimeError:  # popped out of order by user code: nothing left to undo
-                pass
 
     def to_array(self) -> np.ndarray:
         return np.array(self._rows, dtype=SIGHTING_DTYPE)
-
-
-def _unpack(tensor):
-    return tensor
 
 
 # torch.device.type -> c10::DeviceType code, as the allocator reports it

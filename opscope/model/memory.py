@@ -18,10 +18,11 @@ PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DET
 CATEGORY_NAMES = ("PARAMETER", "OPTIMIZER_STATE", "INPUT", "TEMPORARY", "ACTIVATION",
                   "GRADIENT", "AUTOGRAD_DETAIL", "unknown")
 # When several sightings name one allocation, the first in this order wins.
-SIGHTING_PRIORITY = (PARAMETER, OPTIMIZER_STATE, GRADIENT, INPUT, ACTIVATION)
+SIGHTING_PRIORITY = (PARAMETER, OPTIMIZER_STATE, GRADIENT, INPUT)
 
 # A tensor seen in a known role at a time: its storage address and size, and
-# its device as the allocator reports it (CPU: type 0, index -1).
+# its device as the allocator reports it (CPU: type 0, index -1). Bytes -1: size
+# not known (matched only to memory allocated in the window).
 SIGHTING_DTYPE = np.dtype([("time_ns", "<i8"), ("addr", "<i8"), ("bytes", "<i8"),
                            ("category", "i1"), ("device_type", "i1"),
                            ("device_index", "i1")])
