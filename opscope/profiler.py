@@ -210,12 +210,9 @@ class profile:
 
     def _start_trace(self) -> None:
         self._prepare_trace()
-        unsupported = [o for o in ("profile_memory", "with_stack")
-                       if getattr(self, o) and self._collector.name != "native"]
-        if unsupported:
-            verb = "need" if len(unsupported) > 1 else "needs"
-            warnings.warn(f"opscope: {' and '.join(unsupported)} {verb} the native collector; "
-                          f"the {self._collector.name} collector records nothing for them",
+        if self.profile_memory and self._collector.name != "native":
+            warnings.warn(f"opscope: profile_memory needs the native collector; the "
+                          f"{self._collector.name} collector records no allocations",
                           stacklevel=3)
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.start()

@@ -10,7 +10,7 @@ from torch import nn
 
 import opscope
 
-pytestmark = pytest.mark.usefixtures("native_only")
+
 THIS_FILE = "test_with_stack.py"
 
 
@@ -117,7 +117,7 @@ def test_export_stacks_names_this_file_and_function(stacked, tmp_path):
     assert all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
 
 
-def test_stacks_do_not_change_op_counts_against_torch():
+def test_stacks_do_not_change_op_counts_against_torch(native_only):
     torch.manual_seed(0)
     model = nn.Sequential(Block(), Block())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -136,3 +136,15 @@ def test_stacks_do_not_change_op_counts_against_torch():
     with torch.profiler.profile() as theirs:
         train_step_for_stack_test(model, opt, x)
     assert counts(ours) == counts(theirs)
+
+
+def test_python_fallback_records_forward_stacks(monkeypatch):
+    monkeypatch.setenv("OPSCOPE_COLLECTOR", "python")
+    model = nn.Sequential(Block())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with opscope.profile(with_stack=True) as prof:
+        train_step_for_stack_test(model, opt, torch.randn(4, 8))
+    assert prof.session.collector == "python"
+    addmm = by_name(prof, "aten::addmm")
+    assert addmm and addmm[0].stack[0].startswith("torch/nn/modules/linear.py(")
+    assert any(f.endswith(": train_step_for_stack_test") for f in addmm[0].stack)

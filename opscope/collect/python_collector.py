@@ -87,13 +87,15 @@ from torch.utils._python_dispatch import (
 from opscope.collect.input_encoding import scalar_type_index, encode_inputs
 from opscope.collect.python_backward import BackwardHooks
 from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
+from opscope.collect.stack_frames import FrameFormatter
 from opscope.model.records import (
-    FLAG_UNFINISHED, NO_INPUTS, SCOPE_FUNCTION, SCOPE_USER,
+    FLAG_UNFINISHED, NO_INPUTS, NO_STACK, SCOPE_FUNCTION, SCOPE_USER,
     RawSession, records_from_rows,
 )
 
 _REMOVAL_TRIES = 10_000  # profile events to wait for a stashed mode to come back
 _SKIP = -1  # name id of ops we never record (record_function's own profiler:: ops)
+MAX_STACK_DEPTH = 128  # frames kept per stack, innermost first (as observer.cpp)
 # c10::Layout and c10::MemoryFormat values, as torch.profiler's inputs show them
 _ENUM_VALUES = {
     torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch._mkldnn: 3,
@@ -128,12 +130,23 @@ class _OpMode(TorchDispatchMode):
             return func(*args, **kwargs)
         buf = rec.buffer()
         offset = rec.encode(buf, func, args, kwargs) if rec.record_shapes else NO_INPUTS
+        stack = rec.stack_id(sys._getframe(1)) if rec.with_stack else -1
         start = monotonic_ns()
         try:
             return func(*args, **kwargs)
         finally:
+            if stack >= 0:
+                buf.stacks[len(buf.rows)] = stack
             buf.rows.append((start, monotonic_ns(), -1, name_id, buf.index, 0, buf.index + 1,
                              offset, SCOPE_FUNCTION, 0, 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_dispatch_wrapper(code) -> bool:
+    """Frames between an op call and ``__torch_dispatch__``: torch's dynamo-disable
+    wrapper around dispatch modes. They are not where the op was called."""
+    name = code.co_filename.replace(os.sep, "/")
+    return name.endswith(("torch/_dynamo/eval_frame.py", "torch/_compile.py"))
 
 
 def _remove_mode(mode: TorchDispatchMode) -> bool:
@@ -154,8 +167,10 @@ def _remove_mode(mode: TorchDispatchMode) -> bool:
 class _Recording(BackwardHooks):
     """The state of one start..stop: buffers, names, and what was patched."""
 
-    def __init__(self, record_shapes: bool):
+    def __init__(self, record_shapes: bool, with_stack: bool = False):
         self.record_shapes = record_shapes
+        self.with_stack = with_stack
+        self.stack_ids: Dict[tuple, int] = {}  # ((code, line), ...) innermost first -> id
         self.active = False
         self.pushed = False  # the mode went onto some thread's stack
         self.mode = _OpMode(self)
@@ -172,6 +187,30 @@ class _Recording(BackwardHooks):
         self.thread_hook = self._on_new_thread  # one bound object, compared by identity
         self._prev_thread_hook: Optional[Callable] = None
         self._running_at_start = frozenset(t.ident for t in threading.enumerate())
+
+    # -- stacks -------------------------------------------------------------
+    def stack_id(self, frame) -> int:
+        """Id of the Python stack from ``frame`` outwards (interned)."""
+        key = []
+        while frame is not None and _is_dispatch_wrapper(frame.f_code):
+            frame = frame.f_back
+        while frame is not None and len(key) < MAX_STACK_DEPTH:
+            key.append((frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        key = tuple(key)
+        sid = self.stack_ids.get(key)
+        if sid is None:
+            with self._lock:
+                sid = self.stack_ids.setdefault(key, len(self.stack_ids))
+        return sid
+
+    def stack_table(self) -> List[List[str]]:
+        """Frames (innermost first) per stack id, as torch prints them."""
+        fmt = FrameFormatter()
+        table: List[List[str]] = [[] for _ in self.stack_ids]
+        for key, sid in self.stack_ids.items():
+            table[sid] = [fmt.format(code.co_filename, line, code.co_name) for code, line in key]
+        return table
 
     # -- names and threads ------------------------------------------------
     def intern(self, name: str) -> int:
@@ -397,11 +436,11 @@ class PythonCollector:
 
     def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
               with_stack: bool = False) -> None:
-        """Start recording. ``profile_memory`` and ``with_stack`` need the native
-        collector; here they record nothing (see the README)."""
+        """Start recording. ``profile_memory`` needs the native collector; here it
+        records nothing (see the README). ``with_stack`` records ops' Python stacks."""
         if self._rec is not None:
             raise RuntimeError("opscope python collector is already recording; call stop() first")
-        rec = _Recording(bool(record_shapes))
+        rec = _Recording(bool(record_shapes), bool(with_stack))
         try:
             rec.prime()
             rec.install()
@@ -425,7 +464,11 @@ class PythonCollector:
         self._rec = None
         rec.uninstall()
         rows = []
+        stack_ids: List[int] = []
         for buf in list(rec.buffers):
+            if rec.with_stack:
+                stacks = dict(buf.stacks)
+                stack_ids.extend(stacks.get(j, NO_STACK) for j in range(len(buf.rows)))
             for row in list(buf.rows):
                 if row[9] & FLAG_UNFINISHED:
                     row = list(row)
@@ -441,6 +484,8 @@ class PythonCollector:
             epoch_offset_ns=self._epoch_offset_ns,
             collector=self.name,
             process_id=os.getpid(),
+            stack_ids=np.asarray(stack_ids, dtype=np.int64) if rec.with_stack else None,
+            stack_table=rec.stack_table() if rec.with_stack else None,
         )
 
     def range_push(self, name: str) -> int:

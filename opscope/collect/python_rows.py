@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, List
+from typing import Any, Dict, List
 
 from opscope.model.records import FLAG_UNFINISHED, NO_INPUTS
 
@@ -22,7 +22,7 @@ monotonic_ns = time.monotonic_ns
 class ThreadBuffer:
     """One thread's rows (RECORD_DTYPE field order) and encoded inputs."""
 
-    __slots__ = ("index", "os_tid", "rows", "inputs", "backward")
+    __slots__ = ("index", "os_tid", "rows", "inputs", "backward", "stacks")
 
     def __init__(self, index: int):
         self.index = index
@@ -30,6 +30,7 @@ class ThreadBuffer:
         self.rows: List[Any] = []  # tuples when complete, lists while open
         self.inputs: List[int] = []
         self.backward: List[tuple] = []  # open (evaluate_function, node) row pairs
+        self.stacks: Dict[int, int] = {}  # with_stack: row index -> stack id
 
 
 def open_row(buf: ThreadBuffer, start: int, name_id: int, scope: int, seq_nr: int = -1) -> list:
