@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.model.records import (FLAG_MEMORY, NO_INPUTS, SCOPE_BACKWARD_FUNCTION,
+from opscope.model.records import (FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION,
                                     SCOPE_FUNCTION, SCOPE_USER)
 from opscope.model.session import OPTION_NAMES, ProfileSession
 
@@ -292,37 +292,56 @@ def _write_ops(session: ProfileSession, pid: int, tids: List[int],
              for cat in ("cpu_op", "user_annotation")]
     head_col = [heads[u][k] for u, k in zip((table.scope == SCOPE_USER).tolist(),
                                             table.name_id.tolist())]
-    extra = (table.input_offset != NO_INPUTS) & (table.raw is not None)
-    if session.stacks is not None:
-        extra |= np.fromiter((bool(st) for st in session.stacks), bool, len(table))
-    module_args = _module_and_flops_args(session)
-    if module_args is not None:
-        extra |= np.fromiter((bool(a) for a in module_args), bool, len(table))
+    extras = _extra_args(session)
     prefix = '{"ph": "X", %%s, "pid": %d, "tid": %%d, "ts": %%d.%%03d, "dur": %%d.%%03d, ' % pid
-    with_seq = prefix + ('"args": {"External id": %d, "Sequence number": %d, '
-                         '"Fwd thread id": %d, "Record function id": 0, "Ev Idx": %d}}')
-    without_seq = prefix + '"args": {"External id": %d, "Record function id": 0, "Ev Idx": %d}}'
-    input_args = _input_args_by_event(table)
+    seq_args = '"Sequence number": %d, "Fwd thread id": %d, '
+    with_seq = prefix + ('"args": {"External id": %d, ' + seq_args +
+                         '"Record function id": 0, %s"Ev Idx": %d}}')
+    without_seq = prefix + '"args": {"External id": %d, "Record function id": 0, %s"Ev Idx": %d}}'
     chunk: List[str] = []
     append = chunk.append
     rows = zip(range(len(table)), head_col, tids, ts[0], ts[1], dur[0], dur[1],
-               table.seq_nr.tolist(), table.fwd_thread_id.tolist(), extra.tolist())
+               table.seq_nr.tolist(), table.fwd_thread_id.tolist(), extras)
     is_memory = (table.flags & FLAG_MEMORY) != 0
     if is_memory.any():  # [memory] rows are written as instant events instead
         rows = (row for row, skip in zip(rows, is_memory.tolist()) if not skip)
-    for i, head, tid, tq, tr, dq, dr, seq, fwd, slow in rows:
-        if slow:
-            append(_op_line_with_extras(session, i, prefix % (head, tid, tq, tr, dq, dr), seq, fwd,
-                                        input_args, module_args))
-        elif seq >= 0:
-            append(with_seq % (head, tid, tq, tr, dq, dr, i + 1, seq, fwd, i))
+    for i, head, tid, tq, tr, dq, dr, seq, fwd, extra in rows:
+        if seq >= 0:
+            append(with_seq % (head, tid, tq, tr, dq, dr, i + 1, seq, fwd, extra, i))
         else:
-            append(without_seq % (head, tid, tq, tr, dq, dr, i + 1, i))
+            append(without_seq % (head, tid, tq, tr, dq, dr, i + 1, extra, i))
         if len(chunk) >= _CHUNK_LINES:
             out.extend(chunk)
             chunk = []
             append = chunk.append
     out.extend(chunk)
+
+
+def _extra_args(session: ProfileSession) -> List[str]:
+    """Per event, the args it has beyond the fixed ones ('' for most): recorded inputs,
+    module and FLOP args, and the ``Call stack``. Each distinct input signature and
+    each distinct stack is rendered once."""
+    table = session.table
+    parts = [_input_args_by_event(table)]
+    module_args = _module_and_flops_args(session)
+    if module_args is not None:
+        parts.append(module_args)
+    if session.stacks is not None:
+        rendered: Dict[int, str] = {}
+
+        def call_stack(stack) -> str:
+            if not stack:
+                return ""
+            text = rendered.get(id(stack))
+            if text is None:  # torch: innermost frame first, each followed by ';'
+                text = rendered[id(stack)] = '"Call stack": %s, ' % json.dumps(
+                    ";".join(stack) + ";")
+            return text
+
+        parts.append([call_stack(st) for st in session.stacks])
+    if len(parts) == 1:
+        return parts[0]
+    return ["".join(p) for p in zip(*parts)]
 
 
 def _write_memory(session: ProfileSession, pid: int, shift: int, out: _LineWriter) -> None:
@@ -406,19 +425,3 @@ def _input_args_by_event(table) -> List[str]:
                                          json.dumps(rec.strides), json.dumps(rec.shapes)))
                 if rec.types else "" for rec in decoded] + [""]
     return [rendered[k] for k in sig.tolist()]  # -1 picks the trailing ""
-
-
-def _op_line_with_extras(session: ProfileSession, i: int, line: str, seq: int, fwd: int,
-                         input_args: List[str], module_args: Optional[List[str]] = None) -> str:
-    """Finish the ``X`` line of a row that has recorded inputs or a Python stack."""
-    line += '"args": {"External id": %d, ' % (i + 1)
-    if seq >= 0:
-        line += '"Sequence number": %d, "Fwd thread id": %d, ' % (seq, fwd)
-    line += '"Record function id": 0, ' + input_args[i]
-    if module_args is not None:
-        line += module_args[i]
-    stack = session.stacks[i] if session.stacks is not None else None
-    if stack:
-        # torch: innermost frame first, each frame followed by ';'
-        line += '"Call stack": %s, ' % json.dumps(";".join(stack) + ";")
-    return line + '"Ev Idx": %d}}' % i
