@@ -66,6 +66,11 @@ LIMITS = [
     "that name memory categories (a global module pre-hook, which also sends every module "
     "call down nn.Module's slow path, and an optimizer post-hook). On the transformer and "
     "conv-net steps the same options cost 1.0-1.15x.",
+    "- **Absolute figures (µs per event, seconds, µs per record_function) move with the "
+    "host.** This shared VM runs at different speeds from hour to hour; torch's own figures "
+    "in the same run move by the same factor. Example: idle record_function measured "
+    "0.27 µs (torch 6.2) at fe039c0 and 0.40 µs (torch 8.7) at ef0923d, the same code path; "
+    "opscope/torch stayed 0.04-0.05. Compare ratios within one run.",
     "",
 ]
 
