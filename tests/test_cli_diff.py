@@ -27,7 +27,7 @@ from test_cli import assert_usage_error, opscope_cli
 from test_cli_table import run_cli
 from workloads import mlp_step_fn
 
-MATMUL_SIZE = 384  # an added matmul far slower than the whole tiny MLP step
+MATMUL_SIZE = 1024  # tens of ms: far above the tiny MLP step and any scheduling stall in it
 
 
 def _profile(tmp_path, name: str, *, added_matmul: bool, **options) -> str:
