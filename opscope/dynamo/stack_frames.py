@@ -20,17 +20,24 @@ import torch
 
 import opscope
 
+from opscope.collect.stack_frames import FrameFormatter
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OPSCOPE_DIR = os.path.dirname(os.path.abspath(opscope.__file__)) + os.sep
+# Recorded frames show paths relative to their sys.path folder ("torch/nn/..."),
+# so each directory is also known by that short form.
+_SHORT = FrameFormatter()
+_TORCH_PREFIXES = (_TORCH_DIR, _SHORT.short_path(_TORCH_DIR))
+_OPSCOPE_PREFIXES = (_OPSCOPE_DIR, _SHORT.short_path(_OPSCOPE_DIR))
 
 # Frames that mean the op was issued by a profiler itself (its setup or
 # teardown), not by the program being profiled.
-_PROFILER_FILES = (
-    os.path.join(_TORCH_DIR, "autograd", "profiler.py"),
-    os.path.join(_TORCH_DIR, "profiler", "profiler.py"),
-    os.path.join(_OPSCOPE_DIR, "profiler.py"),
-    os.path.join(_OPSCOPE_DIR, "record_function.py"),
-)
+_PROFILER_FILES = tuple(
+    os.path.join(prefix, *parts)
+    for prefixes, files in ((_TORCH_PREFIXES, (("autograd", "profiler.py"),
+                                               ("profiler", "profiler.py"))),
+                            (_OPSCOPE_PREFIXES, (("profiler.py",), ("record_function.py",))))
+    for prefix in prefixes for parts in files)
 
 
 def is_internal_frame(frame: str) -> bool:
@@ -38,9 +45,11 @@ def is_internal_frame(frame: str) -> bool:
 
     >>> is_internal_frame(_TORCH_DIR + "nn/modules/linear.py(125): forward")
     True
+    >>> is_internal_frame(_SHORT.short_path(_TORCH_DIR) + "nn/modules/linear.py(125): forward")
+    True
     """
-    return ("<built-in" in frame or frame.startswith(_TORCH_DIR)
-            or "site-packages/torch/" in frame or frame.startswith(_OPSCOPE_DIR))
+    return ("<built-in" in frame or frame.startswith(_TORCH_PREFIXES)
+            or "site-packages/torch/" in frame or frame.startswith(_OPSCOPE_PREFIXES))
 
 
 def user_frames(stack: Optional[Sequence[str]]) -> List[str]:
