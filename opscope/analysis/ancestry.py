@@ -1,7 +1,9 @@
-"""Vectorised walks up the event tree (``EventTable.parent``).
+"""Vectorised walks over the event tree (``EventTable.parent``: -1 for a root,
+parents before their children in table order).
 
-Used by the module and FLOP analyses: "which module range encloses this op",
-"is this op inside a backward node", "does this op have a counted child".
+Used by the module, FLOP, memory and stack analyses and by the report: "which
+module range encloses this op", "is this op inside a backward node", "does this
+op have a counted child", "what did this op and everything under it allocate".
 
 Example::
 
@@ -12,11 +14,53 @@ Example::
     [0, 0, 2, 2, -1]
     >>> has_marked_descendant(parent, np.array([False, False, False, True, False])).tolist()
     [True, True, True, False, False]
+    >>> event_depth(parent).tolist(), subtree_sum(parent, np.array([1, 2, 4, 8, 16])).tolist()
+    ([0, 1, 2, 3, 0], [15, 14, 12, 8, 16])
 """
 
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
+
+
+def event_depth(parent: np.ndarray) -> np.ndarray:
+    """Nesting depth of each event: 0 for a root, 1 for its children, ...
+
+    >>> event_depth(np.array([-1, -1])).tolist()
+    [0, 0]
+    """
+    depth = np.zeros(len(parent), dtype=np.int64)
+    current = parent.astype(np.int64, copy=True)
+    while True:
+        alive = current >= 0
+        if not alive.any():
+            return depth
+        depth += alive
+        current = np.where(alive, parent[np.maximum(current, 0)], -1)
+
+
+def levels(parent: np.ndarray) -> List[np.ndarray]:
+    """Event indices per depth, roots first.
+
+    >>> [lv.tolist() for lv in levels(np.array([-1, 0, -1]))]
+    [[0, 2], [1]]
+    """
+    depth = event_depth(parent)
+    if len(depth) == 0:
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+
+def subtree_sum(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each event's value plus its descendants' values, deepest level first."""
+    total = values.astype(np.int64).copy()
+    for rows in reversed(levels(parent)[1:]):
+        np.add.at(total, parent[rows], total[rows])
+    return total
 
 
 def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:

@@ -8,9 +8,11 @@ event equals the net bytes allocated in the window.
 
 Example::
 
-    >>> import numpy as np
-    >>> subtree_sum(np.array([-1, 0, 1, -1]), np.array([1, 2, 4, 8]))
-    array([7, 6, 4, 8])
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> s = build_session(RawSession.empty(), options={"profile_memory": True})
+    >>> len(s.memory), sorted(s.event_memory)[:2]
+    (0, ['cpu_memory_usage', 'device_memory_usage'])
 """
 
 from __future__ import annotations
@@ -19,33 +21,12 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from opscope.analysis.ancestry import subtree_sum
 from opscope.model.events import EventTable, sort_order
 from opscope.model.records import FLAG_MEMORY, MEMORY_DTYPE, NO_INPUTS, NO_STACK
 
 MEMORY_EVENT_NAME = "[memory]"
 CPU_DEVICE_TYPE = 0
-
-
-def depths(parent: np.ndarray) -> np.ndarray:
-    """Number of ancestors of each event."""
-    depth = np.zeros(len(parent), dtype=np.int64)
-    anc = parent.copy()
-    live = anc >= 0
-    while live.any():
-        depth[live] += 1
-        anc[live] = parent[anc[live]]
-        live = anc >= 0
-    return depth
-
-
-def subtree_sum(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each event's value plus its descendants' values."""
-    total = values.astype(np.int64).copy()
-    depth = depths(parent)
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        rows = np.flatnonzero(depth == d)
-        np.add.at(total, parent[rows], total[rows])
-    return total
 
 
 def attribute(table: EventTable, memory: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import List, Tuple
 import numpy as np
 
 from opscope.analysis.aggregate import key_averages
-from opscope.analysis.memory_timeline import ALIVE, BEFORE, categorized_blocks
+from opscope.analysis.memory_timeline import categorized_blocks, held_by_category
 from opscope.model.memory import CATEGORY_NAMES
 from opscope.model.records import SCOPE_USER
 from opscope.model.session import ProfileSession
@@ -39,19 +39,9 @@ def held_over_time(session: ProfileSession) -> Tuple[np.ndarray, np.ndarray]:
     """Collector-clock times and the bytes held by each category from then on (CPU)."""
     blocks = categorized_blocks(session)
     cpu = blocks.device_type == 0
-    ta, tf = blocks.t_alloc[cpu], blocks.t_free[cpu]
-    nb, cat = blocks.nbytes[cpu], blocks.category[cpu]
-    if len(ta) == 0:
+    if not cpu.any():
         return np.zeros(0, np.int64), np.zeros((0, len(CATEGORY_NAMES)), np.int64)
-    start = np.where(ta == BEFORE, session.start_ns, ta)
-    freed = tf != ALIVE
-    times = np.concatenate([start, tf[freed]])
-    delta = np.concatenate([nb, -nb[freed]])
-    column = np.concatenate([cat, cat[freed]])
-    uniq, slot = np.unique(times, return_inverse=True)
-    grid = np.zeros((len(uniq), len(CATEGORY_NAMES)), dtype=np.int64)
-    np.add.at(grid, (slot, column), delta)
-    return uniq, np.cumsum(grid, axis=0)
+    return held_by_category(blocks, cpu, session.start_ns)
 
 
 def summarize_memory(session: ProfileSession, top: int = 10) -> MemorySummary:

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.analysis.stacks import inherit_down
-from opscope.model.memory import (ACTIVATION, AUTOGRAD_DETAIL, SIGHTING_DTYPE,
-                                  SIGHTING_PRIORITY, TEMPORARY, UNKNOWN)
+from opscope.analysis.ancestry import nearest_marked
+from opscope.model.memory import (ACTIVATION, AUTOGRAD_DETAIL, CATEGORY_NAMES,
+                                  SIGHTING_DTYPE, SIGHTING_PRIORITY, TEMPORARY, UNKNOWN)
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 
@@ -212,8 +212,7 @@ def in_backward(table) -> np.ndarray:
     names = table.symbols.names
     engine_ids = [k for k, name in enumerate(names) if name.startswith(EVALUATE_PREFIX)]
     mark = (table.scope == SCOPE_BACKWARD_FUNCTION) | np.isin(table.name_id, engine_ids)
-    flag = mark.astype(np.int8)
-    return inherit_down(table.parent, flag, ~mark).astype(bool) | mark
+    return nearest_marked(table.parent, mark) >= 0
 
 
 def _empty_memory() -> np.ndarray:
@@ -245,6 +244,25 @@ def device_filter(blocks: Blocks, device: str) -> np.ndarray:
     return pick
 
 
+def held_by_category(blocks: Blocks, pick: np.ndarray, before: int,
+                     to_time: Callable[[np.ndarray], np.ndarray] = lambda t: t
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """Distinct times and, from each on, the bytes held per category (one column per
+    model.memory code) by the ``pick``-ed blocks. ``to_time`` maps collector ns to
+    the output's time unit; memory from before the window is held from ``before``."""
+    ta, tf = blocks.t_alloc[pick], blocks.t_free[pick]
+    nb, cat = blocks.nbytes[pick], blocks.category[pick]
+    start = np.where(ta == BEFORE, before, to_time(ta))
+    freed = tf != ALIVE
+    times = np.concatenate([start, to_time(tf[freed])])
+    delta = np.concatenate([nb, -nb[freed]])
+    column = np.concatenate([cat, cat[freed]])
+    uniq, slot = np.unique(times, return_inverse=True)
+    grid = np.zeros((len(uniq), len(CATEGORY_NAMES)), dtype=np.int64)
+    np.add.at(grid, (slot.reshape(-1), column), delta)
+    return uniq, np.cumsum(grid, axis=0)
+
+
 def timeline(session: ProfileSession, device: str = "cpu",
              blocks: Optional[Blocks] = None) -> Tuple[List[int], List[List[int]]]:
     """``(times, sizes)`` as torch's ``export_memory_timeline`` writes them.
@@ -254,23 +272,16 @@ def timeline(session: ProfileSession, device: str = "cpu",
     """
     blocks = blocks if blocks is not None else categorized_blocks(session)
     pick = device_filter(blocks, device)
-    ta, tf = blocks.t_alloc[pick], blocks.t_free[pick]
-    nb, cat = blocks.nbytes[pick], blocks.category[pick]
-    if len(ta) == 0:
+    if not pick.any():
         return [], []
+    ta, tf = blocks.t_alloc[pick], blocks.t_free[pick]
     us = lambda t: (t + session.epoch_offset_ns) // 1000  # noqa: E731
     t_first = min(int(ta[ta != BEFORE].min(initial=1 << 62)), int(tf[tf != ALIVE].min(
         initial=1 << 62)))
     t_min = us(t_first) if t_first != 1 << 62 else us(session.start_ns)
-    start = np.where(ta == BEFORE, t_min, us(ta))
-    freed = tf != ALIVE
-    times = np.concatenate([start, us(tf[freed])])
-    delta = np.concatenate([nb, -nb[freed]])
-    column = np.concatenate([cat, cat[freed]]) + 1
-    uniq, slot = np.unique(times, return_inverse=True)
-    grid = np.zeros((len(uniq), 9), dtype=np.int64)
-    np.add.at(grid, (slot, column), delta)
-    return uniq.tolist(), np.cumsum(grid, axis=0).tolist()
+    times, held = held_by_category(blocks, pick, t_min, us)
+    sizes = np.hstack([np.zeros((len(times), 1), dtype=np.int64), held])
+    return times.tolist(), sizes.tolist()
 
 
 def raw_timeline(session: ProfileSession, device: str = "cpu",

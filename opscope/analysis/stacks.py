@@ -8,9 +8,10 @@ runs inherits that stack.
 
 Example::
 
-    >>> import numpy as np
-    >>> inherit_down(np.array([-1, 0, 1]), np.array([7, -1, -1]), np.array([False, True, True]))
-    array([7, 7, 7])
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> event_stacks(build_session(RawSession.empty()).table, None) is None
+    True
 """
 
 from __future__ import annotations
@@ -19,21 +20,9 @@ from typing import List, Optional
 
 import numpy as np
 
+from opscope.analysis.ancestry import nearest_marked
 from opscope.model.events import EventTable
 from opscope.model.records import NO_STACK, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
-
-
-def inherit_down(parent: np.ndarray, values: np.ndarray, take: np.ndarray) -> np.ndarray:
-    """``values`` where events marked ``take`` copy their parent's value, top-down."""
-    out = values.copy()
-    rows = np.flatnonzero(take & (parent >= 0))
-    while len(rows):
-        new = out[parent[rows]]
-        changed = new != out[rows]
-        if not changed.any():
-            break
-        out[rows] = new
-    return out
 
 
 def backward_stack_ids(table: EventTable) -> np.ndarray:
@@ -53,9 +42,11 @@ def backward_stack_ids(table: EventTable) -> np.ndarray:
     pos = np.clip(np.searchsorted(keys, bwd_key), 0, max(len(keys) - 1, 0))
     hit = (len(keys) > 0) & (keys[pos] == bwd_key) if len(keys) else np.zeros(len(bwd), bool)
     sid[bwd[hit]] = sid[fwd[first[pos[hit]]]]
-    # ops under a backward node (not themselves nodes) take the node's stack
-    under = inherit_down(table.parent, is_bwd.astype(np.int8), ~is_bwd).astype(bool)
-    return inherit_down(table.parent, sid, under & ~is_bwd)
+    # ops under a backward node (not themselves nodes) take the nearest node's stack
+    node = nearest_marked(table.parent, is_bwd)
+    under = (node >= 0) & ~is_bwd
+    sid[under] = sid[node[under]]
+    return sid
 
 
 def event_stacks(table: EventTable, stack_table: Optional[List[List[str]]]

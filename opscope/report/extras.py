@@ -7,8 +7,8 @@ data, and the report then says "not recorded".
 - FLOPs: ``session.flops`` (per event, from ``opscope.analysis.flops``).
 - Modules: ``opscope.analysis.modules.module_rows`` when ``session.modules``.
 - Memory: per-event usage from ``session.self_cpu_memory``/``cpu_memory``
-  arrays, and the timeline from the ``[memory]`` events of a loaded trace
-  (``memory_events``: ``ts_ns`` and ``Total Allocated`` per allocation).
+  arrays, and the timeline of bytes held per category from ``session.memory``
+  (recorded live, or rebuilt from a loaded trace's ``[memory]`` events).
 
 Example::
 
@@ -55,43 +55,14 @@ def event_memory(session: ProfileSession) -> Optional[Dict[str, np.ndarray]]:
 
 
 def memory_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
-    """The memory view: allocated bytes over time (us since the session start) and the peak.
+    """The memory view: bytes held per memory category over time (us since the session
+    start; see analysis.memory_timeline) and the peak, or None without memory records.
 
     Points are decimated to about ``MEMORY_POINTS``, keeping each bucket's
-    highest value so the peak stays visible.
+    highest total so the peak stays visible.
     """
-    if session.memory is not None and len(session.memory):
-        return _category_timeline(session)
-    events = getattr(session, "memory_events", None)
-    if not events:
+    if session.memory is None or len(session.memory) == 0:
         return None
-    ts, total = [], []
-    for e in events:
-        value = e.get("Total Allocated")
-        if isinstance(value, (int, float)) and isinstance(e.get("ts_ns"), (int, float)):
-            ts.append(e["ts_ns"])
-            total.append(value)
-    if not ts:
-        return None
-    t = (np.asarray(ts, dtype=np.float64) - session.table.base_ns) / 1000.0
-    v = np.asarray(total, dtype=np.float64)
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
-    peak = int(np.argmax(v))
-    peak_bytes, peak_time = int(v[peak]), float(t[peak])
-    if len(t) > MEMORY_POINTS:
-        bucket = np.minimum((np.arange(len(t)) * MEMORY_POINTS) // len(t), MEMORY_POINTS - 1)
-        starts = np.flatnonzero(np.diff(bucket, prepend=-1))
-        best = starts + np.array([np.argmax(seg) for seg in np.split(v, starts[1:])])
-        t, v = t[best], v[best]
-    return {"times_us": np.round(t, 3).tolist(), "categories": ["allocated (CPU)"],
-            "series": [v.astype(np.int64).tolist()], "peak_bytes": peak_bytes,
-            "peak_time_us": round(peak_time, 3),
-            "note": f"{len(events)} allocation events; total allocated after each one."}
-
-
-def _category_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
-    """Bytes held per memory category over time (see analysis.memory_timeline)."""
     from opscope.analysis.memory_summary import held_over_time
     from opscope.model.memory import CATEGORY_NAMES
 
@@ -102,7 +73,7 @@ def _category_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
     total = held.sum(axis=1)
     peak = int(np.argmax(total))
     peak_bytes, peak_time = int(total[peak]), float(t[peak])
-    if len(t) > MEMORY_POINTS:  # keep each bucket's highest total so the peak stays
+    if len(t) > MEMORY_POINTS:
         bucket = np.minimum((np.arange(len(t)) * MEMORY_POINTS) // len(t), MEMORY_POINTS - 1)
         starts = np.flatnonzero(np.diff(bucket, prepend=-1))
         best = starts + np.array([np.argmax(seg) for seg in np.split(total, starts[1:])])

@@ -1,4 +1,6 @@
-"""Walks over the event tree, vectorised by depth level.
+"""Label propagation down the event tree, vectorised by depth level.
+
+Depths and levels come from ``opscope.analysis.ancestry``.
 
 ``parent`` is ``EventTable.parent`` (-1 for a root; parents come before their
 children in table order). Each function loops over depth levels, never over
@@ -16,39 +18,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import List
-
 import numpy as np
 
-
-def event_depth(parent: np.ndarray) -> np.ndarray:
-    """Nesting depth of each event: 0 for a root, 1 for its children, ...
-
-    >>> event_depth(np.array([-1, -1])).tolist()
-    [0, 0]
-    """
-    depth = np.zeros(len(parent), dtype=np.int64)
-    current = parent.astype(np.int64, copy=True)
-    while True:
-        alive = current >= 0
-        if not alive.any():
-            return depth
-        depth += alive
-        current = np.where(alive, parent[np.maximum(current, 0)], -1)
-
-
-def levels(parent: np.ndarray) -> List[np.ndarray]:
-    """Event indices per depth, roots first.
-
-    >>> [lv.tolist() for lv in levels(np.array([-1, 0, -1]))]
-    [[0, 2], [1]]
-    """
-    depth = event_depth(parent)
-    if len(depth) == 0:
-        return []
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
-    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+from opscope.analysis.ancestry import event_depth, levels  # noqa: F401 (used by views)
 
 
 def inherit_down(parent: np.ndarray, own: np.ndarray) -> np.ndarray:
