@@ -45,8 +45,13 @@ def sample(make, config: dict, workload, output: str, folder: str, counts: list,
         with open(os.devnull, "w") as sink:
             print(make_table(prof), file=sink)
     else:
-        prof.export_chrome_trace(os.path.join(folder, "trace.json"))
+        # a new file each time, as a user writes one per run: rewriting one path
+        # would add ext4's flush-on-replace (auto_da_alloc) to both profilers
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
     elapsed = time.perf_counter() - t0
+    if output == "trace":
+        os.unlink(path)
     if output == "table":
         counts.append(len(prof.events()))  # after the timing; cached by then for torch
     return elapsed

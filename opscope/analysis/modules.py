@@ -47,6 +47,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
+from opscope.analysis.autograd_links import forward_ops
 from opscope.analysis.flops import EVALUATE_PREFIX
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER
 from opscope.model.session import ProfileSession
@@ -119,17 +120,11 @@ def event_modules(session: ProfileSession) -> np.ndarray:
 def _link_nodes_by_forward_op(session: ProfileSession, owner: np.ndarray,
                               node_rows: np.ndarray) -> np.ndarray:
     table = session.table
-    fwd = np.flatnonzero((table.scope == SCOPE_FUNCTION) & (table.seq_nr >= 0)
-                         & (table.fwd_thread_id == 0))
-    # table order is start order: later rows overwrite, so each key keeps its last op
-    creator = dict(zip(zip(table.rf_thread_id[fwd].tolist(), table.seq_nr[fwd].tolist()),
-                       fwd.tolist()))
+    # the latest op of a (thread, seq) key created the node
+    fwd = forward_ops(table, node_rows, (table.scope == SCOPE_FUNCTION)
+                      & (table.fwd_thread_id == 0), latest=True)
     out = np.full(len(node_rows), -1, dtype=np.int64)
-    keys = zip(table.fwd_thread_id[node_rows].tolist(), table.seq_nr[node_rows].tolist())
-    for k, key in enumerate(keys):
-        f = creator.get(key)
-        if f is not None:
-            out[k] = owner[f]
+    out[fwd >= 0] = owner[fwd[fwd >= 0]]
     return out
 
 

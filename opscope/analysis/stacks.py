@@ -21,6 +21,7 @@ from typing import List, Optional
 import numpy as np
 
 from opscope.analysis.ancestry import nearest_marked
+from opscope.analysis.autograd_links import forward_ops
 from opscope.model.events import EventTable
 from opscope.model.records import NO_STACK, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 
@@ -33,15 +34,10 @@ def backward_stack_ids(table: EventTable) -> np.ndarray:
     is_bwd = (scope == SCOPE_BACKWARD_FUNCTION) & (seq >= 0)
     if not is_bwd.any():
         return sid
-    fwd = np.flatnonzero((scope == SCOPE_FUNCTION) & (seq >= 0) & (sid != NO_STACK))
-    # first forward op per (thread, seq): keys as one int64
-    fwd_key = (table.rf_thread_id[fwd].astype(np.int64) << 40) | seq[fwd]
-    keys, first = np.unique(fwd_key, return_index=True)
     bwd = np.flatnonzero(is_bwd)
-    bwd_key = (table.fwd_thread_id[bwd].astype(np.int64) << 40) | seq[bwd]
-    pos = np.clip(np.searchsorted(keys, bwd_key), 0, max(len(keys) - 1, 0))
-    hit = (len(keys) > 0) & (keys[pos] == bwd_key) if len(keys) else np.zeros(len(bwd), bool)
-    sid[bwd[hit]] = sid[fwd[first[pos[hit]]]]
+    fwd = forward_ops(table, bwd, (scope == SCOPE_FUNCTION) & (sid != NO_STACK))
+    found = fwd >= 0
+    sid[bwd[found]] = sid[fwd[found]]
     # ops under a backward node (not themselves nodes) take the nearest node's stack
     node = nearest_marked(table.parent, is_bwd)
     under = (node >= 0) & ~is_bwd

@@ -24,7 +24,7 @@ import gzip
 import io
 import os
 from contextlib import contextmanager
-from typing import Iterator, TextIO, Union
+from typing import BinaryIO, Iterator, TextIO, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -82,6 +82,28 @@ def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
     >>> gzip.open(path, "rt").read()
     'zipped'
     """
+    with atomic_binary_writer(path, compresslevel=compresslevel, fsync=fsync) as sink:
+        text = io.TextIOWrapper(sink, encoding=encoding, newline="")
+        try:
+            yield text
+        finally:
+            text.detach()  # flushes into ``sink`` without closing it
+
+
+@contextmanager
+def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
+                         fsync: bool = False) -> Iterator[BinaryIO]:
+    """Yield a binary stream whose content replaces ``path`` when the block ends.
+
+    Same contract as ``atomic_text_writer``, for bytes.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> with atomic_binary_writer(path) as f:
+    ...     _ = f.write(b"raw")
+    >>> open(path, "rb").read()
+    b'raw'
+    """
     path = check_output_folder(path)
     fd, tmp = _create_temp(path)
     opened: list = []  # outermost last, for cleanup
@@ -96,12 +118,9 @@ def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
                                    fileobj=buffered, compresslevel=compresslevel)
             opened.append(zipped)
             sink = zipped
-        text = io.TextIOWrapper(sink, encoding=encoding, newline="")
-        opened.append(text)
-        yield text
-        text.detach()  # flushes into ``sink`` without closing it
-        opened.pop()
+        yield sink
         if zipped is not None:
+            opened.pop()
             zipped.close()  # writes the gzip trailer; leaves ``buffered`` open
         buffered.flush()
         if fsync:

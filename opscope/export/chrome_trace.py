@@ -32,11 +32,13 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from opscope.export.atomic import PathLike, atomic_text_writer
+from opscope.analysis.autograd_links import forward_ops
+from opscope.export.atomic import PathLike, atomic_binary_writer
+from opscope.export.json_rows import JsonRows, StringTable
 from opscope.model.records import (FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION,
                                     SCOPE_FUNCTION, SCOPE_USER)
 from opscope.model.session import OPTION_NAMES, ProfileSession
@@ -48,7 +50,6 @@ RESERVED_KEYS = frozenset({
 })
 # torch writes these flags in this order, each only when the option is on
 _FLAG_ORDER = ("with_stack", "profile_memory", "record_shapes", "with_modules", "with_flops")
-_CHUNK_LINES = 8192
 
 
 def _reject_constant(name: str) -> None:
@@ -146,48 +147,32 @@ def forward_backward_links(session: ProfileSession) -> List[Tuple[int, int]]:
     ``fwd_thread_id`` 0 (ops run by the autograd engine carry the forward
     thread there, so they are never taken for the forward op).
     """
+    return [tuple(pair) for pair in _link_rows(session).tolist()]
+
+
+def _link_rows(session: ProfileSession) -> np.ndarray:
+    """``forward_backward_links`` as a (links, 2) array."""
     t = session.table
-    scope, seq = t.scope, t.seq_nr
-    fwd_rows = np.flatnonzero((scope == SCOPE_FUNCTION) & (seq >= 0) & (t.fwd_thread_id == 0))
-    bwd_rows = np.flatnonzero((scope == SCOPE_BACKWARD_FUNCTION) & (seq >= 0))
-    if len(fwd_rows) == 0 or len(bwd_rows) == 0:
-        return []
-    # rows are in (start, -end) order, so the first row of a key is the outermost;
-    # building the dict backwards lets the first row win
-    keys = zip(t.rf_thread_id[fwd_rows[::-1]].tolist(), seq[fwd_rows[::-1]].tolist())
-    first = dict(zip(keys, fwd_rows[::-1].tolist()))
-    links = []
-    for b, ft, s in zip(bwd_rows.tolist(), t.fwd_thread_id[bwd_rows].tolist(),
-                        seq[bwd_rows].tolist()):
-        f = first.get((ft, s))
-        if f is not None:
-            links.append((f, b))
-    return links
+    bwd = np.flatnonzero((t.scope == SCOPE_BACKWARD_FUNCTION) & (t.seq_nr >= 0))
+    fwd = forward_ops(t, bwd, (t.scope == SCOPE_FUNCTION) & (t.fwd_thread_id == 0))
+    found = fwd >= 0
+    return np.stack([fwd[found], bwd[found]], axis=1)
 
 
-class _LineWriter:
-    """Joins JSON lines with ``,\\n`` and writes them in chunks."""
+class _ChunkWriter:
+    """Writes rendered event lines, putting ``,\\n`` between non-empty chunks."""
 
     def __init__(self, stream):
         self.stream = stream
-        self.lines: List[str] = []
         self.started = False
 
-    def add(self, line: str) -> None:
-        self.lines.append(line)
-        if len(self.lines) >= _CHUNK_LINES:
-            self.flush()
-
-    def extend(self, lines: List[str]) -> None:
-        self.flush()
-        self.lines = lines
-        self.flush()
-
-    def flush(self) -> None:
-        if self.lines:
-            self.stream.write((",\n" if self.started else "") + ",\n".join(self.lines))
+    def add(self, data: bytes) -> None:
+        if data:
+            self.stream.write(b",\n" + data if self.started else data)
             self.started = True
-            self.lines = []
+
+    def line(self, text: str) -> None:
+        self.add(text.encode())
 
 
 def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
@@ -206,15 +191,13 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
     """
     path = os.fspath(path)
     header = trace_header(session)
-    with atomic_text_writer(path) as f:
-        f.write("{\n")
+    with atomic_binary_writer(path) as f:
+        f.write(b"{\n")
         for key, value in header.items():
-            f.write(f"  {json.dumps(key)}: {json.dumps(value, allow_nan=False)},\n")
-        f.write('  "traceEvents": [\n')
-        lines = _LineWriter(f)
-        _write_events(session, header["baseTimeNanoseconds"], lines)
-        lines.flush()
-        f.write(f'\n  ],\n  "traceName": {json.dumps(path)}\n}}\n')
+            f.write(f"  {json.dumps(key)}: {json.dumps(value, allow_nan=False)},\n".encode())
+        f.write(b'  "traceEvents": [\n')
+        _write_events(session, header["baseTimeNanoseconds"], _ChunkWriter(f))
+        f.write(f'\n  ],\n  "traceName": {json.dumps(path)}\n}}\n'.encode())
     return path
 
 
@@ -229,7 +212,7 @@ def _us(ns: int) -> str:
     return f"{sign}{q}.{r:03d}"
 
 
-def _write_events(session: ProfileSession, base_ns: int, out: _LineWriter) -> None:
+def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> None:
     table = session.table
     pid = int(session.process_id)
     # collector ns -> ns since base, in exact integers
@@ -238,190 +221,234 @@ def _write_events(session: ProfileSession, base_ns: int, out: _LineWriter) -> No
     start_us = _us(win_start + shift)
 
     meta = '{"ph": "M", "name": "%s", "ts": %s, "pid": %d, "tid": %d, "args": {"%s": %s}}'
-    out.add(meta % ("process_name", start_us, pid, 0, "name", '"python"'))
-    out.add(meta % ("process_labels", start_us, pid, 0, "labels", '"CPU"'))
-    out.add(meta % ("process_sort_index", start_us, pid, 0, "sort_index", pid))
+    out.line(meta % ("process_name", start_us, pid, 0, "name", '"python"'))
+    out.line(meta % ("process_labels", start_us, pid, 0, "labels", '"CPU"'))
+    out.line(meta % ("process_sort_index", start_us, pid, 0, "sort_index", pid))
     if len(table):
         uniq, first_row = np.unique(table.os_tid, return_index=True)
         for tid in uniq[np.argsort(first_row)].tolist():
-            out.add(meta % ("thread_name", start_us, pid, tid, "name",
-                            json.dumps(f"thread {tid} (python)")))
-            out.add(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
+            out.line(meta % ("thread_name", start_us, pid, tid, "name",
+                             json.dumps(f"thread {tid} (python)")))
+            out.line(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
 
-    # ts/dur as whole microseconds and the ns remainder: exact at any magnitude,
-    # and formatting two small ints is faster than repr() of a float
     ts_ns = table.start_ns + shift
-    dur_ns = np.maximum(table.end_ns - table.start_ns, 0)
-    ts = (ts_ns // 1000).tolist(), (ts_ns % 1000).tolist()
-    dur = (dur_ns // 1000).tolist(), (dur_ns % 1000).tolist()
-    tids = table.os_tid.tolist()
-    _write_ops(session, pid, tids, ts, dur, out)
+    _write_ops(session, pid, ts_ns, out)
     _write_marks(session, pid, shift, out)
-
-    flow = ('{"ph": "%s", "id": %d, "pid": %d, "tid": %d, "ts": %d.%03d, '
-            '"cat": "fwdbwd", "name": "fwdbwd"%s}')
-    for k, (fwd, bwd) in enumerate(forward_backward_links(session), start=1):
-        out.add(flow % ("s", k, pid, tids[fwd], ts[0][fwd], ts[1][fwd], ""))
-        out.add(flow % ("f", k, pid, tids[bwd], ts[0][bwd], ts[1][bwd], ', "bp": "e"'))
-
+    _write_flows(session, pid, ts_ns, out)
     if session.memory is not None:
         _write_memory(session, pid, shift, out)
 
-    out.add('{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
-            '"tid": "PyTorch Profiler", "ts": %s, "dur": %s, "args": {"Op count": 0}}'
-            % (start_us, _us(win_stop - win_start)))
-    out.add('{"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", '
-            '"pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": %s}' % start_us)
-    out.add('{"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", '
-            '"ts": %s}' % _us(win_stop + shift))
+    out.line('{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
+             '"tid": "PyTorch Profiler", "ts": %s, "dur": %s, "args": {"Op count": 0}}'
+             % (start_us, _us(win_stop - win_start)))
+    out.line('{"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", '
+             '"pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": %s}' % start_us)
+    out.line('{"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", '
+             '"ts": %s}' % _us(win_stop + shift))
 
 
-def _write_ops(session: ProfileSession, pid: int, tids: List[int],
-               ts: Tuple[List[int], List[int]], dur: Tuple[List[int], List[int]],
-               out: _LineWriter) -> None:
-    """One ``X`` line per table row, handed to ``out`` a chunk at a time.
+def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
+               out: _ChunkWriter) -> None:
+    """One ``X`` line per table row except ``[memory]`` rows (written as instants).
 
-    ``ts`` and ``dur`` are (whole us, ns remainder) columns. The fixed fields
-    are %-formatted around strings that were ``json.dumps``-ed once per
-    distinct name: about three times faster than dumping a dict per event,
-    and as safe (numbers cannot break JSON, no string is hand-escaped).
+    Names, threads and extra args are rendered once per distinct value and
+    picked per row; the numbers are rendered by ``JsonRows`` in bulk.
     """
     table = session.table
-    # '"cat": ..., "name": ...' per (is-user-range, name) pair
-    heads = [[f'"cat": "{cat}", "name": {json.dumps(name)}' for name in table.symbols.names]
-             for cat in ("cpu_op", "user_annotation")]
-    head_col = [heads[u][k] for u, k in zip((table.scope == SCOPE_USER).tolist(),
-                                            table.name_id.tolist())]
-    extras = _extra_args(session)
-    prefix = '{"ph": "X", %%s, "pid": %d, "tid": %%d, "ts": %%d.%%03d, "dur": %%d.%%03d, ' % pid
-    seq_args = '"Sequence number": %d, "Fwd thread id": %d, '
-    with_seq = prefix + ('"args": {"External id": %d, ' + seq_args +
-                         '"Record function id": 0, %s"Ev Idx": %d}}')
-    without_seq = prefix + '"args": {"External id": %d, "Record function id": 0, %s"Ev Idx": %d}}'
-    chunk: List[str] = []
-    append = chunk.append
-    rows = zip(range(len(table)), head_col, tids, ts[0], ts[1], dur[0], dur[1],
-               table.seq_nr.tolist(), table.fwd_thread_id.tolist(), extras)
-    is_memory = (table.flags & FLAG_MEMORY) != 0
-    if is_memory.any():  # [memory] rows are written as instant events instead
-        rows = (row for row, skip in zip(rows, is_memory.tolist()) if not skip)
-    for i, head, tid, tq, tr, dq, dr, seq, fwd, extra in rows:
-        if seq >= 0:
-            append(with_seq % (head, tid, tq, tr, dq, dr, i + 1, seq, fwd, extra, i))
+    rows = np.flatnonzero((table.flags & FLAG_MEMORY) == 0)
+    if len(rows) == 0:
+        return
+    # '"cat": ..., "name": ..., "pid": P, "tid": T' per distinct (range?, name, thread)
+    tid_values, tid_code = np.unique(table.os_tid, return_inverse=True)
+    user = (table.scope == SCOPE_USER).astype(np.int64)
+    key = (table.name_id.astype(np.int64) * 2 + user) * len(tid_values) + tid_code
+    keys, head_index = np.unique(key[rows], return_inverse=True)
+    names, tid_list = table.symbols.names, tid_values.tolist()
+    heads = StringTable([
+        '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (
+            ("cpu_op", "user_annotation")[(k // len(tid_list)) % 2],
+            json.dumps(names[k // len(tid_list) // 2]), pid, tid_list[k % len(tid_list)])
+        for k in keys.tolist()])
+    dur_ns = np.maximum(table.end_ns - table.start_ns, 0)
+    seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
+    lines = JsonRows(len(rows))
+    lines.text('{"ph": "X", ')
+    lines.choice(heads, head_index)
+    lines.text(', "ts": ')
+    lines.number(ts_ns[rows], micros=True)
+    lines.text(', "dur": ')
+    lines.number(dur_ns[rows], micros=True)
+    lines.text(', "args": {"External id": ')
+    lines.number(rows + 1)
+    lines.text(", ")
+    has_seq = seq >= 0
+    lines.text('"Sequence number": ', has_seq)
+    lines.number(seq, present=has_seq)
+    lines.text(', "Fwd thread id": ', has_seq)
+    lines.number(fwd, present=has_seq)
+    lines.text(", ", has_seq)
+    lines.text('"Record function id": 0, ')
+    for part in _extra_args(session):
+        if isinstance(part, tuple):
+            lines.choice(part[0], part[1][rows])
         else:
-            append(without_seq % (head, tid, tq, tr, dq, dr, i + 1, extra, i))
-        if len(chunk) >= _CHUNK_LINES:
-            out.extend(chunk)
-            chunk = []
-            append = chunk.append
-    out.extend(chunk)
+            has_flops = part[rows] > 0
+            lines.text('"flops": ', has_flops)
+            lines.number(part[rows], present=has_flops)
+            lines.text(", ", has_flops)
+    lines.text('"Ev Idx": ')
+    lines.number(rows)
+    lines.text("}}")
+    for data in lines.chunks(",\n"):
+        out.add(data)
 
 
-def _extra_args(session: ProfileSession) -> List[str]:
-    """Per event, the args it has beyond the fixed ones ('' for most): recorded inputs,
-    module and FLOP args, and the ``Call stack``. Each distinct input signature and
-    each distinct stack is rendered once."""
+def _write_flows(session: ProfileSession, pid: int, ts_ns: np.ndarray,
+                 out: _ChunkWriter) -> None:
+    """An ``s``/``f`` pair of ``fwdbwd`` flow events per forward/backward link."""
+    links = _link_rows(session)
+    if len(links) == 0:
+        return
+    rows = links.ravel()  # s1, f1, s2, f2, ...
+    is_end = np.arange(len(rows)) % 2 == 1
+    phase = StringTable(['"s"', '"f"'])
+    tids = session.table.os_tid
+    lines = JsonRows(len(rows))
+    lines.text('{"ph": ')
+    lines.choice(phase, is_end.astype(np.intp))
+    lines.text(', "id": ')
+    lines.number(np.arange(len(rows)) // 2 + 1)
+    lines.text(', "pid": %d, "tid": ' % pid)
+    lines.number(tids[rows])
+    lines.text(', "ts": ')
+    lines.number(ts_ns[rows], micros=True)
+    lines.text(', "cat": "fwdbwd", "name": "fwdbwd"')
+    lines.text(', "bp": "e"', is_end)
+    lines.text("}")
+    for data in lines.chunks(",\n"):
+        out.add(data)
+
+
+def intern_strings(per_row: List[str]) -> Tuple[StringTable, np.ndarray]:
+    """Per-row strings as (distinct strings, index per row); '' becomes -1 (nothing).
+
+    >>> table, index = intern_strings(["a", "", "b", "a"])
+    >>> len(table), index.tolist()
+    (2, [0, -1, 1, 0])
+    """
+    ids: Dict[str, int] = {"": -1}
+    index = np.fromiter((ids.setdefault(text, len(ids) - 1) for text in per_row),
+                        dtype=np.intp, count=len(per_row))
+    del ids[""]
+    return StringTable(list(ids)), index
+
+
+def _extra_args(session: ProfileSession) -> List[Any]:
+    """Args beyond the fixed ones, in write order: each part is (strings, index per
+    event), or the FLOP estimate per event (written where it is > 0).
+
+    The parts are the recorded inputs, the module args, ``flops`` and the
+    ``Call stack``; each distinct input signature and stack is rendered once.
+    """
     table = session.table
-    parts = [_input_args_by_event(table)]
-    module_args = _module_and_flops_args(session)
-    if module_args is not None:
-        parts.append(module_args)
+    parts: List[Any] = [_input_args(table)]
+    if session.modules is not None:
+        parts.append(intern_strings(_module_args(session)))
+    if session.flops is not None:
+        parts.append(np.asarray(session.flops, dtype=np.int64))
     if session.stacks is not None:
-        rendered: Dict[int, str] = {}
+        rendered: Dict[int, int] = {}
+        texts: List[str] = []
 
-        def call_stack(stack) -> str:
+        def stack_index(stack) -> int:
             if not stack:
-                return ""
-            text = rendered.get(id(stack))
-            if text is None:  # torch: innermost frame first, each followed by ';'
-                text = rendered[id(stack)] = '"Call stack": %s, ' % json.dumps(
-                    ";".join(stack) + ";")
-            return text
+                return -1
+            k = rendered.get(id(stack))
+            if k is None:  # torch: innermost frame first, each followed by ';'
+                k = rendered[id(stack)] = len(texts)
+                texts.append('"Call stack": %s, ' % json.dumps(";".join(stack) + ";"))
+            return k
 
-        parts.append([call_stack(st) for st in session.stacks])
-    if len(parts) == 1:
-        return parts[0]
-    return ["".join(p) for p in zip(*parts)]
+        index = np.fromiter((stack_index(st) for st in session.stacks), dtype=np.intp,
+                            count=len(session.stacks))
+        parts.append((StringTable(texts), index))
+    return parts
 
 
-def _write_memory(session: ProfileSession, pid: int, shift: int, out: _LineWriter) -> None:
+def _write_memory(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
     """One ``[memory]`` instant event per allocator record, with torch's args."""
     mem = session.memory
     table = session.table
-    tid_of = table.thread_ids.tolist()
-    line = ('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
-            '"pid": %d, "tid": %d, "ts": %d.%03d, "args": {"Total Reserved": %d, '
-            '"Total Allocated": %d, "Bytes": %d, "Device Id": %d, "Device Type": %d, '
-            '"Addr": %d, "finished": false, "Ev Idx": %d}}')
+    n = len(mem)
+    if n == 0:
+        return
+    tid_of = np.append(np.asarray(table.thread_ids, dtype=np.int64), 0)
+    thread = mem["thread_index"].astype(np.int64)
+    tids = tid_of[np.where((thread >= 0) & (thread < len(tid_of) - 1), thread, -1)]
     ts_ns = mem["time_ns"] + shift
     first_idx = len(table)
-    chunk: List[str] = []
-    for k, (thread, tq, tr, reserved, allocated, nbytes, dev_id, dev_type, addr) in enumerate(zip(
-            mem["thread_index"].tolist(), (ts_ns // 1000).tolist(), (ts_ns % 1000).tolist(),
-            mem["total_reserved"].tolist(), mem["total_allocated"].tolist(),
-            mem["bytes"].tolist(), mem["device_index"].tolist(), mem["device_type"].tolist(),
-            mem["addr"].tolist())):
-        tid = tid_of[thread] if thread < len(tid_of) else 0
-        chunk.append(line % (pid, tid, tq, tr, reserved, allocated, nbytes, dev_id, dev_type,
-                             addr, first_idx + k))
-        if len(chunk) >= _CHUNK_LINES:
-            out.extend(chunk)
-            chunk = []
-    out.extend(chunk)
+    lines = JsonRows(n)
+    lines.text('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
+               '"pid": %d, "tid": ' % pid)
+    lines.number(tids)
+    lines.text(', "ts": ')
+    lines.number(ts_ns, micros=True)
+    lines.text(', "args": {')
+    for label, column in (("Total Reserved", "total_reserved"),
+                          ("Total Allocated", "total_allocated"), ("Bytes", "bytes"),
+                          ("Device Id", "device_index"), ("Device Type", "device_type"),
+                          ("Addr", "addr")):
+        lines.text('"%s": ' % label)
+        lines.number(mem[column])
+        lines.text(", ")
+    lines.text('"finished": false, "Ev Idx": ')
+    lines.number(np.arange(first_idx, first_idx + n))
+    lines.text("}}")
+    for data in lines.chunks(",\n"):
+        out.add(data)
 
 
-def _write_marks(session: ProfileSession, pid: int, shift: int, out: _LineWriter) -> None:
+def _write_marks(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
     """One thread-scoped instant event (``"ph": "i", "s": "t"``) per ``opscope.itt.mark``.
 
     ``cpu_instant_event`` is the category Kineto gives CPU instant events.
     """
     for ns, tid, name in session.marks:
-        out.add('{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": %s, "pid": %d, '
-                '"tid": %d, "ts": %s}' % (json.dumps(name), pid, tid, _us(ns + shift)))
+        out.line('{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": %s, "pid": %d, '
+                 '"tid": %d, "ts": %s}' % (json.dumps(name), pid, tid, _us(ns + shift)))
 
 
-def _module_and_flops_args(session: ProfileSession) -> Optional[List[str]]:
-    """Per event, its rendered module and FLOP args ('' when none); None when neither.
+def _module_args(session: ProfileSession) -> List[str]:
+    """Per event, its rendered module args ('' when none).
 
-    An op gets ``"Module Hierarchy"`` (``Model.encoder.0``) and, with a non-zero
-    estimate, ``"flops"``. A module range (``with_modules``) is marked by
-    ``"Module Class"``, ``"Module Path"``, ``"Module Hierarchy"`` and
-    ``"Module Parameters"`` (see ``opscope.model.modules``).
+    An op gets ``"Module Hierarchy"`` (``Model.encoder.0``). A module range
+    (``with_modules``) is marked by ``"Module Class"``, ``"Module Path"``,
+    ``"Module Hierarchy"`` and ``"Module Parameters"`` (see ``opscope.model.modules``).
     """
-    if session.modules is None and session.flops is None:
-        return None
-    n = len(session.table)
-    out = [""] * n
-    if session.modules is not None:
-        from opscope.analysis.modules import module_hierarchy, module_mask
+    from opscope.analysis.modules import module_hierarchy, module_mask
 
-        hierarchy = module_hierarchy(session)
-        rendered: Dict[str, str] = {}
-        for i, text in enumerate(hierarchy):
-            if text:
-                if text not in rendered:
-                    rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
-                out[i] = rendered[text]
-        for i in np.flatnonzero(module_mask(session)).tolist():
-            info = session.modules[session.table.name(i)]
-            out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
-                             for k, v in info.trace_args().items())
-    if session.flops is not None:
-        for i in np.flatnonzero(session.flops > 0).tolist():
-            out[i] += '"flops": %d, ' % int(session.flops[i])
+    out = [""] * len(session.table)
+    rendered: Dict[str, str] = {}
+    for i, text in enumerate(module_hierarchy(session)):
+        if text:
+            if text not in rendered:
+                rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
+            out[i] = rendered[text]
+    for i in np.flatnonzero(module_mask(session)).tolist():
+        info = session.modules[session.table.name(i)]
+        out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
+                         for k, v in info.trace_args().items())
     return out
 
 
-def _input_args_by_event(table) -> List[str]:
-    """Per event, its rendered input args ('' when none); each distinct signature once.
+def _input_args(table) -> Tuple[StringTable, np.ndarray]:
+    """Rendered input args per distinct signature, and each event's signature (-1: none).
 
     A record without inputs (a user range) gets none, as torch writes its ranges.
     """
     sig, decoded = table.input_signatures()
-    if not decoded:
-        return [""] * len(table)
     rendered = [('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
                  '"Input Dims": %s, ' % (json.dumps(rec.concrete), json.dumps(rec.types),
                                          json.dumps(rec.strides), json.dumps(rec.shapes)))
-                if rec.types else "" for rec in decoded] + [""]
-    return [rendered[k] for k in sig.tolist()]  # -1 picks the trailing ""
+                if rec.types else "" for rec in decoded]
+    return StringTable(rendered), sig

@@ -40,6 +40,81 @@ def sort_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return order
 
 
+def hash_weights(n: int) -> np.ndarray:
+    """``n`` odd random 64-bit multipliers, the same on every call (fixed seed)."""
+    return np.random.default_rng(0x0B5C0DE).integers(
+        1, 1 << 63, size=n, dtype=np.uint64) | np.uint64(1)
+
+
+def distinct_segments(blob: np.ndarray, offsets: np.ndarray
+                      ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group byte-identical segments of ``blob`` without a Python loop per segment.
+
+    ``offsets`` are word offsets into ``blob``; each segment runs from its
+    offset to the next larger offset (or the end). Returns (group per offset,
+    first word of each group's first segment, its end), groups numbered in
+    order of first appearance. Segments are grouped by a 64-bit hash, then
+    every segment is compared word for word with its group's first one; if
+    any differs (a hash collision), the grouping is redone exactly with a dict.
+
+    >>> blob = np.array([7, 1, 2, 7, 1, 2, 9], dtype=np.int64)
+    >>> group, first, end = distinct_segments(blob, np.array([0, 3, 0, 6]))
+    >>> group.tolist(), first.tolist(), end.tolist()
+    ([0, 0, 0, 1], [0, 6], [3, 7])
+    """
+    step = np.diff(offsets)
+    if (step >= 0).all():  # the usual case: offsets in recording order
+        bounds = offsets[np.concatenate(([True], step > 0))]
+    else:
+        bounds = np.unique(offsets)
+    seg_end = np.append(bounds[1:], len(blob))
+    lengths = seg_end - bounds
+    seg_of = np.searchsorted(bounds, offsets)
+    words = blob[bounds[0]:].view(np.uint64)
+    starts = bounds - bounds[0]
+    within = np.arange(len(words)) - np.repeat(starts, lengths)
+    weights = hash_weights(max(int(lengths.max()), 1))
+    hashed = np.zeros(len(bounds), dtype=np.uint64)
+    filled = lengths > 0  # only the last segment can be empty
+    with np.errstate(over="ignore"):
+        if filled.any():
+            hashed[filled] = np.add.reduceat(words * weights[within], starts[filled])
+        hashed = hashed * np.uint64(0x9E3779B97F4A7C15) + lengths.astype(np.uint64)
+    _, first_seg, seg_group = np.unique(hashed, return_index=True, return_inverse=True)
+    # renumber groups by first appearance among the offsets
+    first_offset = np.full(len(first_seg), len(offsets), dtype=np.int64)
+    np.minimum.at(first_offset, seg_group[seg_of], np.arange(len(offsets)))
+    order = np.argsort(first_offset, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    rep = first_seg[order]  # representative segment per (renumbered) group
+    seg_group = rank[seg_group]
+    # exact check: every segment equals its representative, word for word
+    rep_of = rep[seg_group]
+    same = np.array_equal(lengths, lengths[rep_of]) and np.array_equal(
+        words, words[np.repeat(starts[rep_of], lengths) + within])
+    if not same:
+        return _distinct_segments_exact(blob, bounds, seg_end, seg_of)
+    return seg_group[seg_of], bounds[rep], seg_end[rep]
+
+
+def _distinct_segments_exact(blob, bounds, seg_end, seg_of):
+    """``distinct_segments`` by bytes in a dict: the fallback after a hash collision."""
+    raw = blob.tobytes()
+    ids: Dict[bytes, int] = {}
+    group = np.empty(len(seg_of), dtype=np.int64)
+    firsts: List[int] = []
+    for i, s in enumerate(seg_of.tolist()):
+        key = raw[int(bounds[s]) * 8:int(seg_end[s]) * 8]
+        g = ids.get(key)
+        if g is None:
+            g = ids[key] = len(firsts)
+            firsts.append(s)
+        group[i] = g
+    firsts_arr = np.array(firsts, dtype=np.int64)
+    return group, bounds[firsts_arr], seg_end[firsts_arr]
+
+
 class SymbolTable:
     """Strings interned to dense integer ids.
 
@@ -156,19 +231,20 @@ class EventTable:
             threads = self.thread_index[has]
             offsets = self.input_offset[has].astype(np.int64)
             for t in np.unique(threads).tolist():
-                rows = has[threads == t]
-                offs = offsets[threads == t]
+                mine = threads == t
                 blob = self.raw.inputs[t] if t < len(self.raw.inputs) else np.zeros(0, np.int64)
-                bounds = np.unique(offs)
-                ends = np.append(bounds[1:], len(blob))[np.searchsorted(bounds, offs)]
+                group, firsts, ends = distinct_segments(blob, offsets[mine])
+                # groups are distinct within the thread; merge equal ones across threads
+                global_id = np.empty(len(firsts), dtype=np.int64)
                 raw_bytes = blob.tobytes()
-                for row, a, b in zip(rows.tolist(), offs.tolist(), ends.tolist()):
+                for g, (a, b) in enumerate(zip(firsts.tolist(), ends.tolist())):
                     key = raw_bytes[a * 8:b * 8]
-                    sid = ids.get(key)
-                    if sid is None:
-                        sid = ids[key] = len(decoded)
+                    k = ids.get(key)
+                    if k is None:
+                        k = ids[key] = len(decoded)
                         decoded.append(decode_inputs(blob, a))
-                    sig[row] = sid
+                    global_id[g] = k
+                sig[has[mine]] = global_id[group]
         self._signatures = (sig, decoded)
         return self._signatures
 

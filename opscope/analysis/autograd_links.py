@@ -1,0 +1,48 @@
+"""Link backward events to the forward op that created them.
+
+Autograd gives a backward node the sequence number of the forward op that
+recorded it, and runs it with that op's thread id in ``fwd_thread_id``. So
+the forward op of a backward row is the op with the same ``seq_nr`` whose
+``rf_thread_id`` is the row's ``fwd_thread_id``.
+
+Example::
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> table = build_session(RawSession.empty()).table
+    >>> forward_ops(table, np.zeros(0, np.int64), np.zeros(0, bool)).tolist()
+    []
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opscope.model.events import EventTable
+
+
+def _keys(thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    return (thread.astype(np.int64) << 40) | seq.astype(np.int64)
+
+
+def forward_ops(table: EventTable, backward_rows: np.ndarray, candidates: np.ndarray,
+                latest: bool = False) -> np.ndarray:
+    """Per row in ``backward_rows``, the row of its forward op, or -1.
+
+    Only rows where ``candidates`` is true (and ``seq_nr >= 0``) are forward
+    ops. When several share a key, the first in table order wins (the
+    outermost op), or the last with ``latest``.
+    """
+    fwd = np.flatnonzero(candidates & (table.seq_nr >= 0))
+    out = np.full(len(backward_rows), -1, dtype=np.int64)
+    if len(fwd) == 0 or len(backward_rows) == 0:
+        return out
+    if latest:
+        fwd = fwd[::-1]
+    keys, first = np.unique(_keys(table.rf_thread_id[fwd], table.seq_nr[fwd]),
+                            return_index=True)
+    wanted = _keys(table.fwd_thread_id[backward_rows], table.seq_nr[backward_rows])
+    pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = keys[pos] == wanted
+    out[hit] = fwd[first[pos[hit]]]
+    return out

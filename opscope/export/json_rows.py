@@ -1,0 +1,247 @@
+"""Render many JSON lines of one layout at once, with numpy instead of a Python loop.
+
+A layout is a sequence of fields: constant text, decimal integers (or
+nanoseconds written as microseconds with three decimals) and strings picked
+per row from a table. The rows are laid out in a (rows x width) byte matrix
+in which every field has a slot as wide as its widest value in the batch;
+narrower values leave zero bytes, and one pass drops them at the end. JSON
+text never contains a zero byte (``json.dumps`` escapes U+0000, and UTF-8
+never uses 0 inside a character), so the output is exact.
+
+This is about three times faster than ``%``-formatting one line per row,
+because the per-row work is a few byte-wide numpy operations per field.
+
+Example::
+
+    >>> import numpy as np
+    >>> names = StringTable(['"add"', '"mul"'])
+    >>> rows = JsonRows(2)
+    >>> rows.text('{"name": '); rows.choice(names, np.array([1, 0]))
+    >>> rows.text(', "ts": '); rows.number(np.array([1500, 20]), micros=True)
+    >>> has_id = np.array([True, False])
+    >>> rows.text(', "id": ', has_id); rows.number(np.array([-7, 0]), present=has_id)
+    >>> rows.text("}")
+    >>> print(rows.render(",\\n").decode())
+    {"name": "mul", "ts": 1.500, "id": -7},
+    {"name": "add", "ts": 0.020}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+# Decimal digits come three at a time from a table of 4-byte words whose unused
+# bytes are 0 (dropped by ``render`` like any padding):
+#   [0, 1000): "000".."999"  a group below the number's leading one
+#   [1000, 2000): "", "1".."999"  the leading group (nothing when the number is shorter)
+#   [2000, 3000): "0".."999"  the leading group of the last three digits (0 prints "0")
+def _group_words() -> np.ndarray:
+    words = np.zeros((3000, 4), dtype=np.uint8)
+    for k in range(1000):
+        for base, text in ((0, "%03d" % k), (1000, str(k) if k else ""), (2000, str(k))):
+            words[base + k, :len(text)] = list(text.encode())
+    return words.view("<u4").reshape(3000)
+
+
+_GROUP_WORDS = _group_words()
+
+
+def number_words(values: np.ndarray, micros: bool = False) -> np.ndarray:
+    """Integers as decimal text in a (rows x k) byte matrix; zero bytes are padding.
+
+    ``micros`` writes nanoseconds as microseconds with three decimals.
+
+    >>> w = number_words(np.array([5, -1234, 0]))
+    >>> [bytes(r).replace(b"\\0", b"").decode() for r in w]
+    ['5', '-1234', '0']
+    >>> w = number_words(np.array([1500, 7]), micros=True)
+    >>> [bytes(r).replace(b"\\0", b"").decode() for r in w]
+    ['1.500', '0.007']
+    """
+    rows = JsonRows(len(values))
+    rows.number(values, micros)
+    rows._start(len(values))
+    grid = np.zeros((len(values), rows._fields[0].width), dtype=np.uint8)
+    rows._fill_numbers(grid, 0, len(values))
+    return grid
+
+
+class StringTable:
+    """Distinct strings as a zero-padded byte matrix, for ``JsonRows.choice``.
+
+    Index -1 picks the empty string.
+
+    >>> t = StringTable(["ab", "c"])
+    >>> t.matrix.tolist(), t.lengths.tolist()
+    ([[97, 98], [99, 0], [0, 0]], [2, 1, 0])
+    """
+
+    def __init__(self, strings: Sequence[Union[str, bytes]]):
+        encoded = [s.encode() if isinstance(s, str) else s for s in strings]
+        width = max((len(b) for b in encoded), default=0)
+        self.lengths = np.array([len(b) for b in encoded] + [0], dtype=np.int64)
+        self.matrix = np.zeros((len(encoded) + 1, width), dtype=np.uint8)
+        if width:
+            flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            cols = np.arange(width)
+            mask = cols < self.lengths[:, None]
+            self.matrix[mask] = flat
+
+    def __len__(self) -> int:
+        return len(self.lengths) - 1
+
+
+class _Field:
+    """One field of a layout: its slot (first column, width) and what fills it."""
+
+    __slots__ = ("kind", "width", "at", "data", "index", "present", "micros", "signed",
+                 "groups", "column")
+
+    def __init__(self, kind: str, width: int, present: Optional[np.ndarray], **data: Any):
+        self.kind, self.width, self.present, self.at = kind, width, present, 0
+        self.data = data.get("data")
+        self.index = data.get("index")
+        self.micros = data.get("micros", False)
+        self.signed = data.get("signed", False)
+        self.groups = data.get("groups", 0)
+        self.column = -1
+
+
+class JsonRows:
+    """Rows of one layout, built field by field, rendered a chunk of rows at a time.
+
+    Each field call takes whole columns (one value per row) and may take
+    ``present`` (bool per row): where false, the field writes nothing, which is
+    how optional args are left out. Slots are as wide as the widest value in
+    the whole column, so the constant text is written into the byte matrix
+    once and only the varying fields are rewritten per chunk.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._fields: List[_Field] = []
+
+    def text(self, value: str, present: Optional[np.ndarray] = None) -> None:
+        """The same text on every row."""
+        data = value.encode()
+        if self._fields:
+            last = self._fields[-1]
+            if last.kind == "text" and last.present is present:
+                last.data += data
+                last.width += len(data)
+                return
+        self._fields.append(_Field("text", len(data), present, data=data))
+
+    def number(self, values: np.ndarray, micros: bool = False,
+               present: Optional[np.ndarray] = None) -> None:
+        """Integers in decimal; ``micros`` writes nanoseconds as ``us.nnn``."""
+        values = np.asarray(values, dtype=np.int64)
+        high = int(np.abs(values).max()) if len(values) else 0
+        signed = bool(len(values)) and bool(values.min() < 0)
+        groups = max(1, -(-len(str(high // 1000 if micros else high)) // 3))
+        width = 4 * (signed + groups) + (5 if micros else 0)  # "." and a 4-byte word
+        self._fields.append(_Field("number", width, present, data=values, micros=micros,
+                                   signed=signed, groups=groups))
+
+    def choice(self, table: StringTable, index: np.ndarray,
+               present: Optional[np.ndarray] = None) -> None:
+        """Per row, the string ``table[index[row]]`` (-1: nothing)."""
+        index = np.asarray(index, dtype=np.intp)
+        width = int(table.lengths[index].max()) if len(index) else 0
+        self._fields.append(_Field("choice", width, present, data=table, index=index))
+
+    def render(self, separator: str = "") -> bytes:
+        """All rows, each followed by ``separator`` except the last."""
+        return separator.encode().join(self.chunks(separator))
+
+    def chunks(self, separator: str = "", rows_per_chunk: int = 0) -> Iterator[bytes]:
+        """The rows a chunk at a time, ``separator`` between rows (not after a chunk's
+        last). Chunks default to about 256 KiB of matrix: the allocator reuses
+        blocks that size, while bigger ones are fresh pages from the kernel each
+        time, which cost more to fault in than the rendering."""
+        if self.n == 0:
+            return
+        if separator:
+            self.text(separator)
+        width = self._start(self.n)
+        step = rows_per_chunk or max(64, min(8192, (256 << 10) // max(width, 1)))
+        grid = np.empty((min(step, self.n), width), dtype=np.uint8)
+        for f in self._fields:
+            if f.kind == "text" and f.present is None:
+                grid[:, f.at:f.at + f.width] = np.frombuffer(f.data, dtype=np.uint8)
+        nonzero = np.empty(grid.shape, dtype=bool)
+        cut = len(separator.encode())
+        for first in range(0, self.n, step):
+            end = min(self.n, first + step)
+            part = grid[:end - first]
+            self._fill(part, first, end)
+            keep = np.not_equal(part, 0, out=nonzero[:end - first])
+            out = part[keep].tobytes()
+            yield out[:len(out) - cut] if cut else out
+
+    def _start(self, n: int) -> int:
+        """Place the fields side by side; returns the row width in bytes."""
+        at, numbers = 0, 0
+        for f in self._fields:
+            f.at = at
+            at += f.width
+            if f.kind == "number":
+                f.column = numbers
+                numbers += 1
+        self._numbers = [f for f in self._fields if f.kind == "number"]
+        return at
+
+    def _fill(self, grid: np.ndarray, first: int, end: int) -> None:
+        """Write rows [first, end) of every varying field into ``grid``."""
+        if self._numbers:
+            self._fill_numbers(grid, first, end)
+        runs: List[Tuple[np.ndarray, int, int]] = []  # (present, first col, end col)
+        for f in self._fields:
+            if f.width == 0:
+                continue
+            slot = grid[:, f.at:f.at + f.width]
+            if f.kind == "choice":
+                np.take(f.data.matrix[:, :f.width], f.index[first:end], axis=0, out=slot)
+            elif f.kind == "text" and f.present is not None:
+                slot[:] = np.frombuffer(f.data, dtype=np.uint8)
+            if f.present is not None:
+                if runs and runs[-1][0] is f.present and runs[-1][2] == f.at:
+                    runs[-1] = (f.present, runs[-1][1], f.at + f.width)
+                else:
+                    runs.append((f.present, f.at, f.at + f.width))
+        for present, a, b in runs:
+            grid[:, a:b] *= present[first:end, None]
+
+    def _fill_numbers(self, grid: np.ndarray, first: int, end: int) -> None:
+        """All number fields of rows [first, end) at once: three digits per table lookup."""
+        fields = self._numbers
+        values = np.stack([f.data[first:end] for f in fields], axis=1)
+        x = np.abs(values).view(np.uint64)
+        micros = [f.column for f in fields if f.micros]
+        fraction = None
+        if micros:
+            fraction = _GROUP_WORDS.take(x[:, micros] % 1000)
+            x[:, micros] //= 1000
+        groups = max(f.groups for f in fields)
+        index = np.empty(x.shape + (groups,), dtype=np.intp)
+        for g in range(groups):  # g = 0: the last three digits
+            above = x // 1000
+            low = x - above * 1000
+            index[:, :, groups - 1 - g] = low + (x < 1000) * (2000 if g == 0 else 1000)
+            x = above
+        words = _GROUP_WORDS.take(index)
+        for f in fields:
+            at = f.at
+            if f.signed:
+                grid[:, at] = np.where(values[:, f.column] < 0, ord("-"), 0)
+                grid[:, at + 1:at + 4] = 0
+                at += 4
+            span = 4 * f.groups
+            grid[:, at:at + span] = words[:, f.column, groups - f.groups:].view(np.uint8)
+            at += span
+            if f.micros:
+                grid[:, at] = ord(".")
+                k = micros.index(f.column)
+                grid[:, at + 1:at + 5] = fraction[:, k:k + 1].view(np.uint8)
