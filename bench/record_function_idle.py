@@ -27,6 +27,24 @@ def loop_of(rf, n: int):
     return run
 
 
+class PlainContext:
+    """The least a context manager written in Python can do: three empty methods.
+
+    Its cost is the floor for any Python ``record_function`` (object creation,
+    ``__enter__`` and ``__exit__`` are three Python calls)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def empty_loop(n: int):
     def run() -> float:
         t0 = time.perf_counter()
@@ -50,19 +68,25 @@ def main() -> None:
     reps = args.reps or (1 if args.quick else 7)
     variants = {"empty loop": empty_loop(n),
                 "torch": loop_of(torch.profiler.record_function, n),
-                "opscope": loop_of(opscope.record_function, n)}
+                "opscope": loop_of(opscope.record_function, n),
+                "plain Python context manager": loop_of(PlainContext, n)}
     for v in variants.values():
         v()
     s = common.interleaved(variants, reps)
     base = common.median(s["empty loop"])
-    us = {k: (common.median(s[k]) - base) * 1e6 / n for k in ("torch", "opscope")}
-    rows = [[name, n, reps, common.median(s[name]) * 1e3, us[name]]
-            for name in ("torch", "opscope")]
+    names = ("torch", "opscope", "plain Python context manager")
+    us = {k: (common.median(s[k]) - base) * 1e6 / n for k in names}
+    rows = [[name, n, reps, common.median(s[name]) * 1e3, us[name]] for name in names]
     rows.append(["empty loop (baseline)", n, reps, base * 1e3, ""])
     targets = [common.target("opscope.record_function idle: ≤ 0.3 µs per enter/exit",
                              us["opscope"], 0.3, " µs", f"torch: {us['torch']:.2f} µs; "
-                             f"opscope/torch {us['opscope'] / us['torch']:.3f}")]
-    notes = ["No profiler is running. µs per enter/exit is net of the empty loop."]
+                             f"opscope/torch {us['opscope'] / us['torch']:.3f}; a plain "
+                             f"Python context manager: "
+                             f"{us['plain Python context manager']:.3f} µs")]
+    notes = ["No profiler is running. µs per enter/exit is net of the empty loop.",
+             "'plain Python context manager' is a class with an empty __init__, __enter__ "
+             "and __exit__ (PlainContext in this script): what three Python calls cost "
+             "on this machine, the floor for a record_function written in Python."]
     common.finish({"title": "record_function with no profiler recording",
                    "command": common.command_line("record_function_idle.py"),
                    "machine": common.machine_info(),

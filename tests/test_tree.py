@@ -98,3 +98,10 @@ def test_fold_and_self_time():
     assert len(built) == 3
     assert built.parent.tolist() == [-1, 0, 0]
     assert built.self_ns.tolist() == [10 - 2 - 1, 2, 1]
+
+
+def test_stable_order_matches_argsort_above_16_bits():
+    keys = np.random.default_rng(3).integers(0, 1 << 20, 5000)
+    assert tree._stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
+    small = keys % 7
+    assert tree._stable_order(small).tolist() == np.argsort(small, kind="stable").tolist()

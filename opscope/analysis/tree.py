@@ -77,13 +77,17 @@ def _parents_by_depth(thread: np.ndarray, start: np.ndarray,
         return None
     nonzero = end > start
     # rank among earlier non-zero events of the same thread (stable: keeps order)
-    by_thread = np.argsort(t, kind="stable")
-    nz_sorted = nonzero[by_thread].astype(np.int64)
-    csum = np.cumsum(nz_sorted) - nz_sorted
-    first_of_thread = np.searchsorted(t[by_thread], np.arange(n_threads), side="left")
-    csum -= csum[first_of_thread][t[by_thread]]
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_thread] = csum
+    nz = nonzero.astype(np.int64)
+    if n_threads == 1:
+        rank = np.cumsum(nz) - nz
+    else:
+        by_thread = _stable_order(t)
+        nz_sorted = nz[by_thread]
+        csum = np.cumsum(nz_sorted) - nz_sorted
+        first_of_thread = np.searchsorted(t[by_thread], np.arange(n_threads), side="left")
+        csum -= csum[first_of_thread][t[by_thread]]
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_thread] = csum
     # non-zero events already closed at each start
     ends = np.sort(t[nonzero] * span + (end[nonzero] - tmin))
     starts_key = t * span + (start - tmin)
@@ -91,13 +95,28 @@ def _parents_by_depth(thread: np.ndarray, start: np.ndarray,
         np.searchsorted(ends, t * span, side="left")
     depth = rank - closed
     levels = int(depth.max()) + 2
-    key = (t * levels + depth) * n + idx
-    sorted_keys = np.sort(key)
-    query = (t * levels + depth - 1) * n + idx
+    level_key = t * levels + depth
+    # (thread, depth, position) keys in order: a stable sort of the small
+    # (thread, depth) key keeps positions ascending within each group
+    by_level = _stable_order(level_key)
+    sorted_keys = level_key[by_level] * n + by_level
+    query = (level_key - 1) * n + idx
     pos = np.searchsorted(sorted_keys, query) - 1
     cand = sorted_keys[np.maximum(pos, 0)]
     ok = (pos >= 0) & (depth > 0) & (cand // n == query // n)
     return np.where(ok, cand % n, -1)
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for non-negative ints, as a radix sort
+    when they fit in 16 bits (numpy sorts 16-bit ints by radix: linear time).
+
+    >>> _stable_order(np.array([2, 0, 2, 1])).tolist()
+    [1, 3, 0, 2]
+    """
+    if len(keys) and int(keys.max()) < 1 << 16 and int(keys.min()) >= 0:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 def _threads_not_nested(thread: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -80,6 +80,10 @@ class StringTable:
 
     def __init__(self, strings: Sequence[Union[str, bytes]]):
         encoded = [s.encode() if isinstance(s, str) else s for s in strings]
+        for b in encoded:
+            if b"\0" in b:  # zero bytes are the padding render() drops
+                raise ValueError(f"StringTable: strings must not contain a NUL byte, "
+                                 f"got {b[:60]!r}; escape it (json.dumps does)")
         width = max((len(b) for b in encoded), default=0)
         self.lengths = np.array([len(b) for b in encoded] + [0], dtype=np.int64)
         self.matrix = np.zeros((len(encoded) + 1, width), dtype=np.uint8)

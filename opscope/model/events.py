@@ -41,9 +41,12 @@ def sort_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def hash_weights(n: int) -> np.ndarray:
-    """``n`` odd random 64-bit multipliers, the same on every call (fixed seed)."""
-    return np.random.default_rng(0x0B5C0DE).integers(
-        1, 1 << 63, size=n, dtype=np.uint64) | np.uint64(1)
+    """``n`` odd pseudo-random 64-bit multipliers, the same on every call (splitmix64)."""
+    with np.errstate(over="ignore"):
+        z = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31)) | np.uint64(1)
 
 
 def distinct_segments(blob: np.ndarray, offsets: np.ndarray
@@ -175,15 +178,21 @@ class EventTable:
     @classmethod
     def from_raw(cls, raw: RawSession) -> "EventTable":
         rec = raw.records
-        order = sort_order(rec["start_ns"], rec["end_ns"])
-        rec = rec[order]
-        columns = {name: np.ascontiguousarray(rec[name]) for name in cls.COLUMNS
-                   if name not in ("input_offset", "stack_id")}
-        columns["input_offset"] = np.ascontiguousarray(rec["input_offset"])
-        if raw.stack_ids is not None and len(raw.stack_ids) == len(order):
-            columns["stack_id"] = np.asarray(raw.stack_ids, dtype=np.int64)[order]
+        start = rec["start_ns"]
+        if len(start) < 2 or bool((start[1:] > start[:-1]).all()):
+            order = None  # one thread's records come in start order: no gather
         else:
-            columns["stack_id"] = np.full(len(order), NO_STACK, dtype=np.int64)
+            order = sort_order(start, rec["end_ns"])
+
+        def column(values: np.ndarray, dtype=None) -> np.ndarray:
+            values = values if order is None else values[order]
+            return np.ascontiguousarray(values, dtype=dtype)
+
+        columns = {name: column(rec[name]) for name in cls.COLUMNS if name != "stack_id"}
+        if raw.stack_ids is not None and len(raw.stack_ids) == len(rec):
+            columns["stack_id"] = column(np.asarray(raw.stack_ids), np.int64)
+        else:
+            columns["stack_id"] = np.full(len(rec), NO_STACK, dtype=np.int64)
         return cls(SymbolTable(raw.names), columns, raw=raw, base_ns=raw.start_ns,
                    epoch_offset_ns=raw.epoch_offset_ns, thread_ids=raw.thread_ids)
 

@@ -1,0 +1,87 @@
+"""Bulk JSON line rendering (export/json_rows.py) equals plain Python formatting."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from opscope.export.json_rows import JsonRows, StringTable, number_words
+
+
+def as_text(words: np.ndarray) -> list:
+    return [bytes(row).replace(b"\0", b"").decode() for row in words]
+
+
+def micros(ns: int) -> str:
+    sign = "-" if ns < 0 else ""
+    q, r = divmod(abs(ns), 1000)
+    return f"{sign}{q}.{r:03d}"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_numbers_match_str(seed):
+    rng = np.random.default_rng(seed)
+    magnitude = 10 ** rng.integers(0, 19, size=500)
+    values = (rng.random(500) * magnitude).astype(np.int64) * rng.choice([-1, 1], 500)
+    values[:6] = [0, 1, -1, 999, 1000, np.iinfo(np.int64).max]
+    assert as_text(number_words(values)) == [str(v) for v in values.tolist()]
+    small = values // 16  # ns -> us text of any sign
+    assert as_text(number_words(small, micros=True)) == [micros(v) for v in small.tolist()]
+
+
+def reference_line(name, ts, dur, seq, extra):
+    args = '"Sequence number": %d, ' % seq if seq >= 0 else ""
+    return ('{"name": %s, "ts": %s, "dur": %s, "args": {%s%s"x": 1}}'
+            % (json.dumps(name), micros(ts), micros(dur), args, extra))
+
+
+@pytest.mark.parametrize("rows_per_chunk", [0, 1, 7, 64])
+def test_layout_equals_reference_lines(rows_per_chunk):
+    rng = np.random.default_rng(7)
+    n = 300
+    names = ["aten::add", "ünïcode ✓", 'quote " and \\ back', "x" * 200, ""]
+    extras = ['"Call stack": "a.py(1): f;", ', "", '"Input Dims": [[2, 3]], ']
+    name_id = rng.integers(0, len(names), n)
+    extra_id = rng.integers(-1, len(extras), n)  # -1: none
+    ts = rng.integers(0, 10 ** 13, n)
+    dur = rng.integers(0, 10 ** 7, n)
+    seq = rng.integers(-1, 3000, n)
+    has_seq = seq >= 0
+
+    rows = JsonRows(n)
+    rows.text('{"name": ')
+    rows.choice(StringTable([json.dumps(x) for x in names]), name_id)
+    rows.text(', "ts": ')
+    rows.number(ts, micros=True)
+    rows.text(', "dur": ')
+    rows.number(dur, micros=True)
+    rows.text(', "args": {')
+    rows.text('"Sequence number": ', has_seq)
+    rows.number(seq, present=has_seq)
+    rows.text(", ", has_seq)
+    rows.choice(StringTable(extras), extra_id)
+    rows.text('"x": 1}}')
+    text = b",\n".join(rows.chunks(",\n", rows_per_chunk)).decode()
+
+    expected = ",\n".join(
+        reference_line(names[k], t, d, s, extras[e] if e >= 0 else "")
+        for k, t, d, s, e in zip(name_id.tolist(), ts.tolist(), dur.tolist(),
+                                 seq.tolist(), extra_id.tolist()))
+    assert text == expected
+    assert len(json.loads("[" + text + "]")) == n
+
+
+def test_no_rows_and_render():
+    assert JsonRows(0).render(",\n") == b""
+    rows = JsonRows(2)
+    rows.text("[")
+    rows.number(np.array([3, -40]))
+    rows.text("]")
+    assert rows.render(", ") == b"[3], [-40]"
+
+
+def test_strings_with_a_nul_byte_are_refused():
+    with pytest.raises(ValueError, match="NUL byte"):
+        StringTable(["ok", "bad\0"])
