@@ -1,4 +1,10 @@
-"""Cost of profile_memory per allocation, and of with_stack per op at stack depth 30.
+"""Per-op and per-allocation costs: the RecordFunction machinery, opscope's own
+collection, profile_memory per allocation, and with_stack per op at stack depth 30.
+
+Per op (a loop of ``torch.add`` on 2-element tensors): the machinery is an empty
+RecordFunction observer minus the unprofiled loop (bench/empty_observer.py), and
+opscope's own work is its profiled loop minus the empty observer, with and without
+``record_shapes`` (the empty observer then asks for inputs too).
 
 profile_memory: a loop of ``torch.empty(64)`` (one op, one allocation, one free per
 iteration) profiled with and without ``profile_memory``; the cost per allocator report
@@ -29,7 +35,7 @@ def alloc_loop(n: int):
     return body
 
 
-def deep_add_loop(n: int):
+def deep_add_loop(n: int, depth: int = DEPTH):
     import torch
 
     a, b = torch.ones(2), torch.ones(2)
@@ -41,7 +47,26 @@ def deep_add_loop(n: int):
             return
         recurse(depth - 1)
 
-    return lambda: recurse(DEPTH - 3)  # the loop, recurse's callers and this lambda: ~30
+    return lambda: recurse(max(depth - 3, 0))  # the loop, recurse's callers, this lambda
+
+
+def unprofiled(body):
+    def run() -> float:
+        t0 = time.perf_counter()
+        body()
+        return time.perf_counter() - t0
+    return run
+
+
+def under_empty_observer(body, needs_inputs: bool):
+    from empty_observer import empty_observer
+
+    def run() -> float:
+        with empty_observer(needs_inputs):
+            t0 = time.perf_counter()
+            body()
+            return time.perf_counter() - t0
+    return run
 
 
 def profiled(profile_cls, body, **options):
@@ -66,7 +91,14 @@ def main() -> None:
     n = args.n or (N_QUICK if args.quick else N)
     reps = args.reps or (1 if args.quick else 41)
     alloc, deep = alloc_loop(n), deep_add_loop(n)
+    add = deep_add_loop(n, depth=1)
     variants = {
+        "add unprofiled": unprofiled(add),
+        "add empty observer": under_empty_observer(add, False),
+        "add empty observer +inputs": under_empty_observer(add, True),
+        "opscope add": profiled(opscope.profile, add),
+        "opscope add +shapes": profiled(opscope.profile, add, record_shapes=True),
+        "torch add": profiled(torch.profiler.profile, add),
         "opscope alloc": profiled(opscope.profile, alloc),
         "opscope alloc +memory": profiled(opscope.profile, alloc, profile_memory=True),
         "torch alloc": profiled(torch.profiler.profile, alloc),
@@ -94,7 +126,19 @@ def main() -> None:
               for who in ("opscope", "torch")}
     stack_us = {who: per(f"{who} deep add +stack", f"{who} deep add", n)
                 for who in ("opscope", "torch")}
-    rows = [[name, n, reps, med[name] * 1e3] for name in variants]
+    per_op = {
+        "RecordFunction machinery (empty observer - unprofiled)":
+            per("add empty observer", "add unprofiled", n),
+        "opscope's own work, default (opscope - empty observer)":
+            per("opscope add", "add empty observer", n),
+        "RecordFunction machinery with inputs (empty observer +inputs - unprofiled)":
+            per("add empty observer +inputs", "add unprofiled", n),
+        "opscope's own work, record_shapes (opscope - empty observer +inputs)":
+            per("opscope add +shapes", "add empty observer +inputs", n),
+        "torch.profiler, default (torch - unprofiled)": per("torch add", "add unprofiled", n),
+    }
+    rows = [[name, n, reps, med[name] * 1e3, ""] for name in variants]
+    rows += [[name, n, reps, "", cost] for name, cost in per_op.items()]
     targets = [
         common.target("profile_memory: ≤ 0.2 µs per allocation", mem_us["opscope"], 0.2, " µs",
                       f"per allocator report ({reports_per_iter:.0f} per iteration: allocation "
@@ -106,11 +150,16 @@ def main() -> None:
     notes = ["Each cost is the median, over repetitions, of the loop time with the option "
              "minus the loop time without it in the same repetition, divided by the allocator "
              "reports (memory) or ops (stack). The loops cost about 1.5 µs per iteration, so "
-             "the differences are small against the machine's noise: many short repetitions."]
+             "the differences are small against the machine's noise: many short repetitions.",
+             "The per-op rows split profiling's cost on a tiny op into what torch's "
+             "RecordFunction machinery costs with an observer that records nothing, and "
+             "what opscope's callbacks add on top; the machinery is the floor of the "
+             "overhead targets."]
     common.finish({"title": "profile_memory and with_stack costs",
                    "command": common.command_line("feature_costs.py"),
                    "machine": common.machine_info(),
-                   "columns": ["variant", "iterations", "reps", "loop ms (median)"],
+                   "columns": ["variant", "iterations", "reps", "loop ms (median)",
+                               "µs per op (median of paired differences)"],
                    "rows": rows, "targets": targets, "notes": notes, "raw": s}, args)
 
 

@@ -63,7 +63,7 @@ def test_layout_equals_reference_lines(rows_per_chunk):
     rows.text(", ", has_seq)
     rows.choice(StringTable(extras), extra_id)
     rows.text('"x": 1}}')
-    text = b",\n".join(rows.chunks(",\n", rows_per_chunk)).decode()
+    text = b",\n".join(bytes(c) for c in rows.chunks(",\n", rows_per_chunk)).decode()
 
     expected = ",\n".join(
         reference_line(names[k], t, d, s, extras[e] if e >= 0 else "")

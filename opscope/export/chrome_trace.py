@@ -166,9 +166,12 @@ class _ChunkWriter:
         self.stream = stream
         self.started = False
 
-    def add(self, data: bytes) -> None:
-        if data:
-            self.stream.write(b",\n" + data if self.started else data)
+    def add(self, data) -> None:
+        """Write ``data`` (bytes-like), after a separator unless it is the first."""
+        if len(data):
+            if self.started:
+                self.stream.write(b",\n")
+            self.stream.write(data)
             self.started = True
 
     def line(self, text: str) -> None:

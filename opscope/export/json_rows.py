@@ -158,11 +158,11 @@ class JsonRows:
 
     def render(self, separator: str = "") -> bytes:
         """All rows, each followed by ``separator`` except the last."""
-        return separator.encode().join(self.chunks(separator))
+        return separator.encode().join(bytes(c) for c in self.chunks(separator))
 
-    def chunks(self, separator: str = "", rows_per_chunk: int = 0) -> Iterator[bytes]:
-        """The rows a chunk at a time, ``separator`` between rows (not after a chunk's
-        last). Chunks default to about 256 KiB of matrix: the allocator reuses
+    def chunks(self, separator: str = "", rows_per_chunk: int = 0) -> Iterator[memoryview]:
+        """The rows a chunk at a time (as bytes-like views), ``separator`` between
+        rows (not after a chunk's last). Chunks default to about 256 KiB of matrix: the allocator reuses
         blocks that size, while bigger ones are fresh pages from the kernel each
         time, which cost more to fault in than the rendering."""
         if self.n == 0:
@@ -182,8 +182,8 @@ class JsonRows:
             part = grid[:end - first]
             self._fill(part, first, end)
             keep = np.not_equal(part, 0, out=nonzero[:end - first])
-            out = part[keep].tobytes()
-            yield out[:len(out) - cut] if cut else out
+            out = part[keep]
+            yield memoryview(out[:len(out) - cut] if cut else out)
 
     def _start(self, n: int) -> int:
         """Place the fields side by side; returns the row width in bytes."""
