@@ -164,15 +164,17 @@ class JsonRows:
 
     def chunks(self, separator: str = "", rows_per_chunk: int = 0) -> Iterator[memoryview]:
         """The rows a chunk at a time (as bytes-like views), ``separator`` between
-        rows (not after a chunk's last). Chunks default to about 256 KiB of matrix: the allocator reuses
-        blocks that size, while bigger ones are fresh pages from the kernel each
-        time, which cost more to fault in than the rendering."""
+        rows (not after a chunk's last). Chunks default to about 512 KiB of
+        matrix: big enough that numpy's per-call overhead is spread over many rows,
+        small enough that the temporaries come from memory the allocator reuses
+        (bigger blocks are fresh pages from the kernel each time, and faulting
+        them in costs more than the rendering)."""
         if self.n == 0:
             return
         if separator:
             self.text(separator)
         width = self._start(self.n)
-        step = rows_per_chunk or max(64, min(8192, (256 << 10) // max(width, 1)))
+        step = rows_per_chunk or max(64, min(8192, (512 << 10) // max(width, 1)))
         grid = np.empty((min(step, self.n), width), dtype=np.uint8)
         for f in self._fields:
             if f.kind == "text" and f.present is None:
@@ -189,14 +191,16 @@ class JsonRows:
 
     def _start(self, n: int) -> int:
         """Place the fields side by side; returns the row width in bytes."""
-        at, numbers = 0, 0
+        at = 0
         for f in self._fields:
             f.at = at
             at += f.width
-            if f.kind == "number":
-                f.column = numbers
-                numbers += 1
-        self._numbers = [f for f in self._fields if f.kind == "number"]
+        # number columns with the most digit groups first, so the columns that
+        # still need a group form a prefix at every step of _fill_numbers
+        self._numbers = sorted((f for f in self._fields if f.kind == "number"),
+                               key=lambda f: -f.groups)
+        for column, f in enumerate(self._numbers):
+            f.column = column
         return at
 
     def _fill(self, grid: np.ndarray, first: int, end: int) -> None:
@@ -221,23 +225,37 @@ class JsonRows:
             grid[:, a:b] *= present[first:end, None]
 
     def _fill_numbers(self, grid: np.ndarray, first: int, end: int) -> None:
-        """All number fields of rows [first, end) at once: three digits per table lookup."""
+        """All number fields of rows [first, end) at once: three digits per table lookup.
+
+        The work arrays are kept between chunks (``self._work``): fresh ones of this
+        size would come from the kernel each time, and faulting their pages in
+        costs more than the arithmetic.
+        """
         fields = self._numbers
-        values = np.stack([f.data[first:end] for f in fields], axis=1)
+        m, groups = end - first, fields[0].groups
+        work = getattr(self, "_work", None)
+        if work is None or len(work[0]) < m:
+            work = self._work = (np.empty((len(grid), len(fields)), dtype=np.int64),
+                                 np.empty((len(grid), len(fields), groups), dtype=np.intp),
+                                 np.empty((len(grid), len(fields), groups), dtype=np.uint32))
+        values, index, words = work[0][:m], work[1][:m], work[2][:m]
+        for f in fields:
+            values[:, f.column] = f.data[first:end]
         x = np.abs(values).view(np.uint64)
         micros = [f.column for f in fields if f.micros]
         fraction = None
         if micros:
             fraction = _GROUP_WORDS.take(x[:, micros] % 1000)
             x[:, micros] //= 1000
-        groups = max(f.groups for f in fields)
-        index = np.empty(x.shape + (groups,), dtype=np.intp)
+        index[:] = 0
         for g in range(groups):  # g = 0: the last three digits
-            above = x // 1000
-            low = x - above * 1000
-            index[:, :, groups - 1 - g] = low + (x < 1000) * (2000 if g == 0 else 1000)
-            x = above
-        words = _GROUP_WORDS.take(index)
+            active = sum(f.groups > g for f in fields)  # a prefix of the columns
+            part = x[:, :active]
+            above = part // 1000
+            low = part - above * 1000
+            index[:, :active, groups - 1 - g] = low + (part < 1000) * (2000 if g == 0 else 1000)
+            x[:, :active] = above
+        np.take(_GROUP_WORDS, index, out=words)
         for f in fields:
             at = f.at
             if f.signed:
