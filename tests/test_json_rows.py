@@ -25,10 +25,15 @@ def test_numbers_match_str(seed):
     rng = np.random.default_rng(seed)
     magnitude = 10 ** rng.integers(0, 19, size=500)
     values = (rng.random(500) * magnitude).astype(np.int64) * rng.choice([-1, 1], 500)
-    values[:6] = [0, 1, -1, 999, 1000, np.iinfo(np.int64).max]
+    values[:7] = [0, 1, -1, 999, 1000, np.iinfo(np.int64).max, np.iinfo(np.int64).min]
     assert as_text(number_words(values)) == [str(v) for v in values.tolist()]
     small = values // 16  # ns -> us text of any sign
     assert as_text(number_words(small, micros=True)) == [micros(v) for v in small.tolist()]
+
+
+def test_most_negative_int64_keeps_all_its_digits():
+    values = np.array([np.iinfo(np.int64).min, 5], dtype=np.int64)
+    assert as_text(number_words(values)) == [str(v) for v in values.tolist()]
 
 
 def reference_line(name, ts, dur, seq, extra):

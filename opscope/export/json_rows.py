@@ -144,7 +144,8 @@ class JsonRows:
                present: Optional[np.ndarray] = None) -> None:
         """Integers in decimal; ``micros`` writes nanoseconds as ``us.nnn``."""
         values = np.asarray(values, dtype=np.int64)
-        high = int(np.abs(values).max()) if len(values) else 0
+        # Python ints: np.abs would overflow on the most negative int64
+        high = max(int(values.max()), -int(values.min())) if len(values) else 0
         signed = bool(len(values)) and bool(values.min() < 0)
         groups = max(1, -(-len(str(high // 1000 if micros else high)) // 3))
         width = 4 * (signed + groups) + (5 if micros else 0)  # "." and a 4-byte word
