@@ -18,9 +18,11 @@ is the difference per op. torch.profiler runs the same loops, interleaved, for c
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import common
+from empty_observer import empty_observer
 
 N, N_QUICK = 20_000, 2_000
 DEPTH = 30
@@ -50,26 +52,8 @@ def deep_add_loop(n: int, depth: int = DEPTH):
     return lambda: recurse(max(depth - 3, 0))  # the loop, recurse's callers, this lambda
 
 
-def unprofiled(body):
-    def run() -> float:
-        t0 = time.perf_counter()
-        body()
-        return time.perf_counter() - t0
-    return run
-
-
-def under_empty_observer(body, needs_inputs: bool):
-    from empty_observer import empty_observer
-
-    def run() -> float:
-        with empty_observer(needs_inputs):
-            t0 = time.perf_counter()
-            body()
-            return time.perf_counter() - t0
-    return run
-
-
 def profiled(profile_cls, body, **options):
+    """Time ``body`` inside ``profile_cls(**options)`` (any context manager factory)."""
     def run() -> float:
         with profile_cls(**options):
             t0 = time.perf_counter()
@@ -93,9 +77,9 @@ def main() -> None:
     alloc, deep = alloc_loop(n), deep_add_loop(n)
     add = deep_add_loop(n, depth=1)
     variants = {
-        "add unprofiled": unprofiled(add),
-        "add empty observer": under_empty_observer(add, False),
-        "add empty observer +inputs": under_empty_observer(add, True),
+        "add unprofiled": profiled(contextlib.nullcontext, add),
+        "add empty observer": profiled(empty_observer, add, needs_inputs=False),
+        "add empty observer +inputs": profiled(empty_observer, add, needs_inputs=True),
         "opscope add": profiled(opscope.profile, add),
         "opscope add +shapes": profiled(opscope.profile, add, record_shapes=True),
         "torch add": profiled(torch.profiler.profile, add),

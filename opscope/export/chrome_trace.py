@@ -177,6 +177,11 @@ class _ChunkWriter:
     def line(self, text: str) -> None:
         self.add(text.encode())
 
+    def rows(self, lines: JsonRows) -> None:
+        """Write every row of ``lines``, rendered a chunk at a time."""
+        for data in lines.chunks(",\n"):
+            self.add(data)
+
 
 def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
     """Write ``session`` as a Chrome trace JSON file (gzip when ``path`` ends in .gz).
@@ -262,16 +267,16 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     if len(rows) == 0:
         return
     # '"cat": ..., "name": ..., "pid": P, "tid": T' per distinct (range?, name, thread)
-    tid_values, tid_code = np.unique(table.os_tid, return_inverse=True)
-    user = (table.scope == SCOPE_USER).astype(np.int64)
-    key = (table.name_id.astype(np.int64) * 2 + user) * len(tid_values) + tid_code
-    keys, head_index = np.unique(key[rows], return_inverse=True)
-    names, tid_list = table.symbols.names, tid_values.tolist()
-    heads = StringTable([
+    tids = table.os_tid
+    tid_values, tid_code = np.unique(tids, return_inverse=True)
+    is_user = table.scope == SCOPE_USER
+    key = (table.name_id.astype(np.int64) * 2 + is_user) * len(tid_values) + tid_code
+    _, first, head_index = np.unique(key[rows], return_index=True, return_inverse=True)
+    heads = StringTable([  # rendered from one row of each distinct key
         '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (
-            ("cpu_op", "user_annotation")[(k // len(tid_list)) % 2],
-            json.dumps(names[k // len(tid_list) // 2]), pid, tid_list[k % len(tid_list)])
-        for k in keys.tolist()])
+            "user_annotation" if is_user[r] else "cpu_op", json.dumps(table.name(r)), pid,
+            tids[r])
+        for r in rows[first].tolist()])
     dur_ns = np.maximum(table.end_ns - table.start_ns, 0)
     seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
     lines = JsonRows(len(rows))
@@ -302,8 +307,7 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.text('"Ev Idx": ')
     lines.number(rows)
     lines.text("}}")
-    for data in lines.chunks(",\n"):
-        out.add(data)
+    out.rows(lines)
 
 
 def _write_flows(session: ProfileSession, pid: int, ts_ns: np.ndarray,
@@ -328,8 +332,7 @@ def _write_flows(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.text(', "cat": "fwdbwd", "name": "fwdbwd"')
     lines.text(', "bp": "e"', is_end)
     lines.text("}")
-    for data in lines.chunks(",\n"):
-        out.add(data)
+    out.rows(lines)
 
 
 def intern_strings(per_row: List[str]) -> Tuple[StringTable, np.ndarray]:
@@ -407,8 +410,7 @@ def _write_memory(session: ProfileSession, pid: int, shift: int, out: _ChunkWrit
     lines.text('"finished": false, "Ev Idx": ')
     lines.number(np.arange(first_idx, first_idx + n))
     lines.text("}}")
-    for data in lines.chunks(",\n"):
-        out.add(data)
+    out.rows(lines)
 
 
 def _write_marks(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:

@@ -105,13 +105,12 @@ class _Field:
     __slots__ = ("kind", "width", "at", "data", "index", "present", "micros", "signed",
                  "groups", "column")
 
-    def __init__(self, kind: str, width: int, present: Optional[np.ndarray], **data: Any):
-        self.kind, self.width, self.present, self.at = kind, width, present, 0
-        self.data = data.get("data")
-        self.index = data.get("index")
-        self.micros = data.get("micros", False)
-        self.signed = data.get("signed", False)
-        self.groups = data.get("groups", 0)
+    def __init__(self, kind: str, width: int, present: Optional[np.ndarray], data: Any,
+                 index: Optional[np.ndarray] = None, micros: bool = False,
+                 signed: bool = False, groups: int = 0):
+        self.kind, self.width, self.present, self.data = kind, width, present, data
+        self.index, self.micros, self.signed, self.groups = index, micros, signed, groups
+        self.at = 0
         self.column = -1
 
 
@@ -128,6 +127,8 @@ class JsonRows:
     def __init__(self, n: int):
         self.n = n
         self._fields: List[_Field] = []
+        self._numbers: List[_Field] = []  # set by _start
+        self._work: Optional[Tuple[np.ndarray, ...]] = None  # see _fill_numbers
 
     def text(self, value: str, present: Optional[np.ndarray] = None) -> None:
         """The same text on every row."""
@@ -234,7 +235,7 @@ class JsonRows:
         """
         fields = self._numbers
         m, groups = end - first, fields[0].groups
-        work = getattr(self, "_work", None)
+        work = self._work
         if work is None or len(work[0]) < m:
             work = self._work = (np.empty((len(grid), len(fields)), dtype=np.int64),
                                  np.empty((len(grid), len(fields), groups), dtype=np.intp),
