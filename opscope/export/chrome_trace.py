@@ -452,8 +452,18 @@ def _input_args(table) -> Tuple[StringTable, np.ndarray]:
     A record without inputs (a user range) gets none, as torch writes its ranges.
     """
     sig, decoded = table.input_signatures()
+    strings: Dict[Tuple[str, ...], str] = {}  # string lists repeat across signatures
+
+    def string_list(values: List[str]) -> str:
+        key = tuple(values)
+        text = strings.get(key)
+        if text is None:
+            text = strings[key] = json.dumps(values)
+        return text
+
+    # shapes and strides are lists of int lists: str() writes them as json.dumps does
     rendered = [('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
-                 '"Input Dims": %s, ' % (json.dumps(rec.concrete), json.dumps(rec.types),
-                                         json.dumps(rec.strides), json.dumps(rec.shapes)))
+                 '"Input Dims": %s, ' % (string_list(rec.concrete), string_list(rec.types),
+                                         str(rec.strides), str(rec.shapes)))
                 if rec.types else "" for rec in decoded]
     return StringTable(rendered), sig

@@ -34,20 +34,26 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-# Decimal digits come three at a time from a table of 4-byte words whose unused
-# bytes are 0 (dropped by ``render`` like any padding):
-#   [0, 1000): "000".."999"  a group below the number's leading one
-#   [1000, 2000): "", "1".."999"  the leading group (nothing when the number is shorter)
-#   [2000, 3000): "0".."999"  the leading group of the last three digits (0 prints "0")
+# Decimal digits come four at a time from a table of 4-byte words. A number is
+# right-aligned in its slot: its padding (zero bytes, dropped by ``render``) is
+# one run in front of it, which the final compaction copies around in one step.
+#   [0, 10000): "0000".."9999"  a group below the number's leading one
+#   [10000, 20000): "", "1".."9999"  the leading group, right-aligned (nothing
+#                   when the number is shorter)
+#   [20000, 30000): "0".."9999"  the last four digits when they are also the
+#                   leading group (0 prints "0")
 def _group_words() -> np.ndarray:
-    words = np.zeros((3000, 4), dtype=np.uint8)
-    for k in range(1000):
-        for base, text in ((0, "%03d" % k), (1000, str(k) if k else ""), (2000, str(k))):
-            words[base + k, :len(text)] = list(text.encode())
-    return words.view("<u4").reshape(3000)
+    words = np.zeros((30000, 4), dtype=np.uint8)
+    for k in range(10000):
+        for base, text in ((0, "%04d" % k), (10000, str(k) if k else ""), (20000, str(k))):
+            words[base + k, 4 - len(text):] = list(text.encode())
+    return words.view("<u4").reshape(30000)
 
 
 _GROUP_WORDS = _group_words()
+# the three decimals of a microsecond figure, with the point: ".000"..".999"
+_FRACTION_WORDS = np.frombuffer(b"".join(b".%03d" % k for k in range(1000)),
+                                dtype="<u4").copy()
 
 
 def number_words(values: np.ndarray, micros: bool = False) -> np.ndarray:
@@ -145,11 +151,12 @@ class JsonRows:
                present: Optional[np.ndarray] = None) -> None:
         """Integers in decimal; ``micros`` writes nanoseconds as ``us.nnn``."""
         values = np.asarray(values, dtype=np.int64)
+        shown = values if present is None else values[present]
         # Python ints: np.abs would overflow on the most negative int64
-        high = max(int(values.max()), -int(values.min())) if len(values) else 0
-        signed = bool(len(values)) and bool(values.min() < 0)
-        groups = max(1, -(-len(str(high // 1000 if micros else high)) // 3))
-        width = 4 * (signed + groups) + (5 if micros else 0)  # "." and a 4-byte word
+        high = max(int(shown.max()), -int(shown.min())) if len(shown) else 0
+        signed = bool(len(shown)) and bool(shown.min() < 0)
+        groups = max(1, -(-len(str(high // 1000 if micros else high)) // 4))
+        width = signed + 4 * groups + (4 if micros else 0)  # "-", digits, ".nnn"
         self._fields.append(_Field("number", width, present, data=values, micros=micros,
                                    signed=signed, groups=groups))
 
@@ -215,7 +222,10 @@ class JsonRows:
                 continue
             slot = grid[:, f.at:f.at + f.width]
             if f.kind == "choice":
-                np.take(f.data.matrix[:, :f.width], f.index[first:end], axis=0, out=slot)
+                # mode='wrap': index -1 is the table's empty last row, and numpy
+                # writes straight into ``out`` (mode='raise' buffers it)
+                np.take(f.data.matrix[:, :f.width], f.index[first:end], axis=0, out=slot,
+                        mode="wrap")
             elif f.kind == "text" and f.present is not None:
                 slot[:] = np.frombuffer(f.data, dtype=np.uint8)
             if f.present is not None:
@@ -227,7 +237,7 @@ class JsonRows:
             grid[:, a:b] *= present[first:end, None]
 
     def _fill_numbers(self, grid: np.ndarray, first: int, end: int) -> None:
-        """All number fields of rows [first, end) at once: three digits per table lookup.
+        """All number fields of rows [first, end) at once: four digits per table lookup.
 
         The work arrays are kept between chunks (``self._work``): fresh ones of this
         size would come from the kernel each time, and faulting their pages in
@@ -237,8 +247,9 @@ class JsonRows:
         m, groups = end - first, fields[0].groups
         work = self._work
         if work is None or len(work[0]) < m:
+            # index starts at 0: entries of groups a column does not have stay 0
             work = self._work = (np.empty((len(grid), len(fields)), dtype=np.int64),
-                                 np.empty((len(grid), len(fields), groups), dtype=np.intp),
+                                 np.zeros((len(grid), len(fields), groups), dtype=np.intp),
                                  np.empty((len(grid), len(fields), groups), dtype=np.uint32))
         values, index, words = work[0][:m], work[1][:m], work[2][:m]
         for f in fields:
@@ -247,27 +258,31 @@ class JsonRows:
         micros = [f.column for f in fields if f.micros]
         fraction = None
         if micros:
-            fraction = _GROUP_WORDS.take(x[:, micros] % 1000)
-            x[:, micros] //= 1000
-        index[:] = 0
-        for g in range(groups):  # g = 0: the last three digits
+            ns = x[:, micros]
+            us = ns // 1000
+            fraction = _FRACTION_WORDS.take(ns - us * 1000)
+            x[:, micros] = us
+        for g in range(groups):  # g = 0: the last four digits
             active = sum(f.groups > g for f in fields)  # a prefix of the columns
             part = x[:, :active]
-            above = part // 1000
-            low = part - above * 1000
-            index[:, :active, groups - 1 - g] = low + (part < 1000) * (2000 if g == 0 else 1000)
+            above = part // 10000
+            low = part - above * 10000
+            index[:, :active, groups - 1 - g] = low + (part < 10000) * (20000 if g == 0
+                                                                        else 10000)
             x[:, :active] = above
-        np.take(_GROUP_WORDS, index, out=words)
+        np.take(_GROUP_WORDS, index, out=words, mode="clip")  # unbuffered; all in range
         for f in fields:
             at = f.at
             if f.signed:
-                grid[:, at] = np.where(values[:, f.column] < 0, ord("-"), 0)
-                grid[:, at + 1:at + 4] = 0
-                at += 4
+                grid[:, at] = 0
+                at += 1
             span = 4 * f.groups
             grid[:, at:at + span] = words[:, f.column, groups - f.groups:].view(np.uint8)
-            at += span
             if f.micros:
-                grid[:, at] = ord(".")
                 k = micros.index(f.column)
-                grid[:, at + 1:at + 5] = fraction[:, k:k + 1].view(np.uint8)
+                grid[:, at + span:at + span + 4] = fraction[:, k:k + 1].view(np.uint8)
+            if f.signed:  # "-" just before the first digit of each negative number
+                negative = np.flatnonzero(values[:, f.column] < 0)
+                if len(negative):
+                    digits = grid[negative, at:at + span] != 0
+                    grid[negative, at - 1 + digits.argmax(axis=1)] = ord("-")

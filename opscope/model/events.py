@@ -66,13 +66,16 @@ def distinct_segments(blob: np.ndarray, offsets: np.ndarray
     ([0, 0, 0, 1], [0, 6], [3, 7])
     """
     step = np.diff(offsets)
-    if (step >= 0).all():  # the usual case: offsets in recording order
+    in_order = bool((step >= 0).all())  # the usual case: offsets in recording order
+    if in_order:
         bounds = offsets[np.concatenate(([True], step > 0))]
     else:
         bounds = np.unique(offsets)
     seg_end = np.append(bounds[1:], len(blob))
     lengths = seg_end - bounds
-    seg_of = np.searchsorted(bounds, offsets)
+    # segment of each offset (offsets all distinct and in order: the identity)
+    seg_of = (np.arange(len(offsets)) if len(bounds) == len(offsets) and in_order
+              else np.searchsorted(bounds, offsets))
     words = blob[bounds[0]:].view(np.uint64)
     starts = bounds - bounds[0]
     within = np.arange(len(words)) - np.repeat(starts, lengths)
@@ -85,9 +88,12 @@ def distinct_segments(blob: np.ndarray, offsets: np.ndarray
         hashed = hashed * np.uint64(0x9E3779B97F4A7C15) + lengths.astype(np.uint64)
     _, first_seg, seg_group = np.unique(hashed, return_index=True, return_inverse=True)
     # renumber groups by first appearance among the offsets
-    first_offset = np.full(len(first_seg), len(offsets), dtype=np.int64)
-    np.minimum.at(first_offset, seg_group[seg_of], np.arange(len(offsets)))
-    order = np.argsort(first_offset, kind="stable")
+    if in_order:  # segments appear in offset order: the first segment decides
+        order = np.argsort(first_seg)
+    else:
+        first_offset = np.full(len(first_seg), len(offsets), dtype=np.int64)
+        np.minimum.at(first_offset, seg_group[seg_of], np.arange(len(offsets)))
+        order = np.argsort(first_offset, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     rep = first_seg[order]  # representative segment per (renumbered) group
@@ -251,7 +257,7 @@ class EventTable:
                     k = ids.get(key)
                     if k is None:
                         k = ids[key] = len(decoded)
-                        decoded.append(decode_inputs(blob, a))
+                        decoded.append(decode_inputs(blob, a, b))
                     global_id[g] = k
                 sig[has[mine]] = global_id[group]
         self._signatures = (sig, decoded)

@@ -93,30 +93,52 @@ class RecordedInputs:
     concrete: List[str]
 
 
-def decode_inputs(blob: np.ndarray, offset: int) -> RecordedInputs:
-    """Decode the inputs that start at ``offset`` of an int64 ``blob``."""
-    n = int(blob[offset])
-    pos = offset + 1
+def decode_inputs(blob: np.ndarray, offset: int, end: Optional[int] = None) -> RecordedInputs:
+    """Decode the inputs that start at ``offset`` of an int64 ``blob``.
+
+    ``end``, the encoding's end when the caller knows it, saves a guess: the
+    words are read as one slice of Python ints, not numpy scalars one by one.
+
+    >>> rec = decode_inputs(np.array([1, INPUT_INT, 7, 99], dtype=np.int64), 0)
+    >>> rec.types, rec.concrete
+    (['Scalar'], ['7'])
+    """
+    if end is not None:
+        return _decode_words(blob[offset:end].tolist())[0]
+    guess = blob[offset:offset + 256].tolist()
+    try:
+        rec, used = _decode_words(guess)
+        if used <= len(guess):
+            return rec
+    except IndexError:
+        pass
+    return _decode_words(blob[offset:].tolist())[0]  # longer than the guess
+
+
+def _decode_words(words: List[int]) -> Tuple[RecordedInputs, int]:
+    """(decoded inputs, words the encoding takes) from the words of one encoding."""
+    n = words[0]
+    pos = 1
     shapes: List[list] = []
     types: List[str] = []
     strides: List[list] = []
     concrete: List[str] = []
     for _ in range(n):
-        kind = int(blob[pos])
+        kind = words[pos]
         pos += 1
         if kind == INPUT_TENSOR:
-            nd = int(blob[pos])
+            nd = words[pos]
             pos += 1
-            shapes.append([int(x) for x in blob[pos : pos + nd]])
+            shapes.append(words[pos : pos + nd])
             pos += nd
-            strides.append([int(x) for x in blob[pos : pos + nd]])
+            strides.append(words[pos : pos + nd])
             pos += nd
-            dtype = int(blob[pos])
+            dtype = words[pos]
             pos += 1
             types.append(SCALAR_TYPE_NAMES[dtype] if 0 <= dtype < len(SCALAR_TYPE_NAMES) else "")
             concrete.append("")
         elif kind in (INPUT_INT, INPUT_DOUBLE, INPUT_BOOL):
-            value = int(blob[pos])
+            value = words[pos]
             pos += 1
             if kind == INPUT_DOUBLE:
                 text = repr(struct.unpack("<d", struct.pack("<q", value))[0])
@@ -135,9 +157,9 @@ def decode_inputs(blob: np.ndarray, offset: int) -> RecordedInputs:
             types.append("TensorList")
             concrete.append("")
         elif kind == INPUT_INT_LIST:
-            count = int(blob[pos])
+            count = words[pos]
             pos += 1
-            values = [int(x) for x in blob[pos : pos + count]]
+            values = words[pos : pos + count]
             pos += count
             shapes.append([])
             strides.append([])
@@ -153,7 +175,7 @@ def decode_inputs(blob: np.ndarray, offset: int) -> RecordedInputs:
             strides.append([])
             types.append("")
             concrete.append("")
-    return RecordedInputs(shapes, types, strides, concrete)
+    return RecordedInputs(shapes, types, strides, concrete), pos
 
 
 def encode_plain_value(value: object, out: List[int]) -> None:
