@@ -59,3 +59,21 @@ def test_a_hash_collision_falls_back_to_exact_grouping(monkeypatch):
     group, first, end = distinct_segments(blob, np.array([0, 2, 4, 0]))
     assert group.tolist() == [0, 1, 0, 0]
     assert first.tolist() == [0, 2] and end.tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("list_length", [3, 250, 253, 254, 1000])
+def test_decoding_with_and_without_the_end_agree(list_length):
+    # decode_inputs without ``end`` reads a 256-word guess first; encodings that run
+    # past it (a long int list) must be read whole, with or without a known end
+    from opscope.model.records import decode_inputs, encode_plain_value
+
+    words = [3]
+    encode_plain_value(list(range(list_length)), words)
+    encode_plain_value(7, words)
+    encode_plain_value(True, words)
+    blob = np.array(words + [99, 98], dtype=np.int64)  # trailing words of a next record
+    known = decode_inputs(blob, 0, len(words))
+    guessed = decode_inputs(blob, 0)
+    assert known == guessed
+    assert known.types == ["ScalarList", "Scalar", "Scalar"]
+    assert known.concrete == [str(list(range(list_length))), "7", "True"]
