@@ -253,11 +253,15 @@ def table_cells(text: str) -> list:
 def test_torch_table_matches_torchs_own(tmp_path):
     path = str(tmp_path / "torch.json")
     prof = torch_profiler_trace(path)
-    expected = prof.key_averages().table(sort_by="cpu_time_total", row_limit=15)
+    # every row (no row_limit): two ops with equal CPU totals may come in either order,
+    # and a row_limit could cut between them
+    expected = prof.key_averages().table(sort_by="cpu_time_total", row_limit=-1)
     got = EventList(key_averages(load_session(path).table)).table(sort_by="cpu_time_total",
-                                                                  row_limit=15)
-    assert len(table_cells(got)) == 15
-    assert table_cells(got) == table_cells(expected)
+                                                                  row_limit=-1)
+    got_rows, expected_rows = table_cells(got), table_cells(expected)
+    assert len(got_rows) >= 15
+    assert [r[2] for r in got_rows] == [r[2] for r in expected_rows]  # same order of totals
+    assert sorted(got_rows) == sorted(expected_rows)  # the same rows (ties in any order)
     assert got.splitlines()[:3] == expected.splitlines()[:3]
     assert got.splitlines()[-1] == expected.splitlines()[-1]  # Self CPU time total
 
