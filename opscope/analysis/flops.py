@@ -104,21 +104,14 @@ def _per_dim(value, dims: int) -> Optional[List[int]]:
 
 
 # -- matrix products ------------------------------------------------------------------
-def _mm(a: int, b: int) -> Formula:
+def _product(name: str, rank: int, a: int, b: int) -> Formula:
+    """torch's ``name`` formula over inputs ``a`` and ``b``, both of ``rank`` dims
+    (``mm``: 2, ``bmm``: 3)."""
     def formula(inputs: RecordedInputs) -> Optional[int]:
         x, y = _shape(inputs, a), _shape(inputs, b)
-        if x is None or y is None or len(x) != 2 or len(y) != 2:
+        if x is None or y is None or len(x) != rank or len(y) != rank:
             return None
-        return _torch_formula("mm")(x, y)
-    return formula
-
-
-def _bmm(a: int, b: int) -> Formula:
-    def formula(inputs: RecordedInputs) -> Optional[int]:
-        x, y = _shape(inputs, a), _shape(inputs, b)
-        if x is None or y is None or len(x) != 3 or len(y) != 3:
-            return None
-        return _torch_formula("bmm")(x, y)
+        return _torch_formula(name)(x, y)
     return formula
 
 
@@ -239,10 +232,10 @@ ATTENTION_KERNELS = ("_scaled_dot_product_flash_attention",
                      "_scaled_dot_product_fused_attention_overrideable")
 
 FORMULAS: Dict[str, Formula] = {
-    "aten::mm": _mm(0, 1),
-    "aten::addmm": _mm(1, 2),
-    "aten::bmm": _bmm(0, 1),
-    "aten::baddbmm": _bmm(1, 2),
+    "aten::mm": _product("mm", 2, 0, 1),
+    "aten::addmm": _product("mm", 2, 1, 2),
+    "aten::bmm": _product("bmm", 3, 0, 1),
+    "aten::baddbmm": _product("bmm", 3, 1, 2),
     "aten::matmul": _matmul,
     "aten::linear": _linear,
     "aten::convolution": _convolution,
