@@ -1,0 +1,185 @@
+"""The version matrix: run opscope's fidelity, stack, API and execution-trace tests on each
+supported (torch, Python) pair, each in its own virtualenv, and write COMPAT.md.
+
+Torch wheels other than the local 2.13 CPU build come from the package registry as CUDA builds
+of a few GB; they run on the CPU. A machine-wide pip constraints file may cap torch, so the
+matrix's own installs run with ``PIP_CONSTRAINT`` pointing at an empty file. Interpreters
+come from pyenv (``pyenv versions``) or ``--python VERSION=PATH``.
+
+Usage::
+
+    python bench/compat.py                       # every default pair, writes COMPAT.md
+    python bench/compat.py --pairs 2.15.0/3.13   # one pair
+    python bench/compat.py --list                # the pairs and their venv folders
+
+A row is reproduced by the command printed in its "reproduce" column. The script runs by
+hand and before each release; CI tests the pinned pair only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PAIRS = ("2.4.1/3.11", "2.8.0/3.11", "2.8.0/3.12", "2.13.0/3.11",
+                 "2.15.0/3.12", "2.15.0/3.13")
+TEST_FILES = ("tests/test_fidelity.py", "tests/test_with_stack.py", "tests/test_stacks.py",
+              "tests/test_profile_api.py", "tests/test_execution_trace.py",
+              "tests/test_api_names.py")
+TEST_DEPS = ("numpy", "pytest", "ninja", "hypothesis", "psutil", "pandas")
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
+
+
+def pyenv_python(version: str, overrides: Dict[str, str]) -> Path:
+    """The interpreter for ``3.X``: an override, else the newest pyenv 3.X.*."""
+    if version in overrides:
+        return Path(overrides[version])
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted((p for p in root.glob(f"{version}.*") if (p / "bin" / "python").exists()),
+                   key=lambda p: [int(x) for x in re.findall(r"\d+", p.name)])
+    if not found:
+        raise SystemExit(f"compat: no Python {version} under {root}; install it with pyenv "
+                         f"or pass --python {version}=/path/to/python")
+    return found[-1] / "bin" / "python"
+
+
+def venv_for(root: Path, torch_version: str, python_version: str) -> Path:
+    return root / f"torch{torch_version}-py{python_version}"
+
+
+def ensure_venv(venv: Path, python: Path, torch_version: str) -> Tuple[bool, str]:
+    """Create ``venv`` with torch and the test deps unless it already imports torch."""
+    exe = venv / "bin" / "python"
+    probe = [str(exe), "-c", f"import torch; assert torch.__version__.split('+')[0] == "
+                             f"{torch_version!r}"]
+    if exe.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return True, "reused"
+    subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
+    empty = Path(tempfile.mkdtemp()) / "no-constraints.txt"
+    empty.write_text("")
+    env = dict(os.environ, PIP_CONSTRAINT=str(empty))
+    proc = subprocess.run([str(exe), "-m", "pip", "install", "-q", f"torch=={torch_version}",
+                           *TEST_DEPS], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return False, "pip: " + (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return True, "installed"
+
+
+def run_tests(venv: Path, timeout_s: float) -> Tuple[Dict[str, int], str, int]:
+    """Run TEST_FILES with the venv's Python from the repo root; (counts, tail, exit status)."""
+    files = [f for f in TEST_FILES if (REPO / f).exists()]
+    cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPSCOPE_")}
+    env["PYTHONPATH"] = str(REPO)
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout_s, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {}, f"timed out after {timeout_s:g} s", 124
+    out = proc.stdout + proc.stderr
+    last = [line for line in out.splitlines() if SUMMARY.search(line)]
+    counts: Dict[str, int] = {}
+    for number, word in SUMMARY.findall(last[-1] if last else ""):
+        counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
+    failures = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return counts, "; ".join(failures[:5]), proc.returncode
+
+
+def reproduce_command(torch_version: str, python_version: str) -> str:
+    return f"python bench/compat.py --pairs {torch_version}/{python_version}"
+
+
+def write_compat(rows: List[Dict[str, str]], path: Path) -> None:
+    lines = [
+        "# Compatibility matrix",
+        "",
+        f"Written by `bench/compat.py` on {datetime.date.today().isoformat()}, on "
+        f"{platform.machine()} Linux ({os.cpu_count()} cores), CPU only. Each row runs "
+        f"{', '.join('`' + Path(f).name + '`' for f in TEST_FILES)} in a virtualenv with "
+        "that torch and Python. Torch builds other than 2.13.0 are the registry's CUDA "
+        "builds, run on the CPU.",
+        "",
+        "| torch | Python | result | passed | failed | skipped | notes | reproduce |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['torch']} | {row['python']} | {row['result']} | {row['passed']} "
+                     f"| {row['failed']} | {row['skipped']} | {row['notes']} "
+                     f"| `{row['reproduce']}` |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def merge_rows(path: Path, new: List[Dict[str, str]]) -> List[Dict[str, str]]:
+    """Rows already in COMPAT.md for other pairs, plus the new ones, in DEFAULT_PAIRS order."""
+    keep: Dict[Tuple[str, str], Dict[str, str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 8 and re.match(r"\d+\.\d+", cells[0]):
+                keep[(cells[0], cells[1])] = dict(zip(
+                    ("torch", "python", "result", "passed", "failed", "skipped", "notes",
+                     "reproduce"), cells[:7] + [cells[7].strip("`")]))
+    for row in new:
+        keep[(row["torch"], row["python"])] = row
+    order = {tuple(p.split("/")): i for i, p in enumerate(DEFAULT_PAIRS)}
+    return sorted(keep.values(), key=lambda r: (order.get((r["torch"], r["python"]), 99),
+                                                r["torch"], r["python"]))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", nargs="+", default=list(DEFAULT_PAIRS),
+                        metavar="TORCH/PY", help="pairs to run (default: all)")
+    parser.add_argument("--venv-root", type=Path,
+                        default=Path.home() / ".cache" / "opscope-compat",
+                        help="folder of the per-pair virtualenvs (reused between runs)")
+    parser.add_argument("--python", action="append", default=[], metavar="VER=PATH",
+                        help="interpreter for a Python version, e.g. 3.13=/usr/bin/python3.13")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pair")
+    parser.add_argument("--output", type=Path, default=REPO / "COMPAT.md")
+    parser.add_argument("--list", action="store_true", help="print the pairs and exit")
+    args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.python)
+    rows = []
+    for pair in args.pairs:
+        torch_version, python_version = pair.split("/")
+        venv = venv_for(args.venv_root, torch_version, python_version)
+        if args.list:
+            print(f"{pair}: {venv}")
+            continue
+        print(f"compat: {pair}: preparing {venv}", file=sys.stderr, flush=True)
+        ok, how = ensure_venv(venv, pyenv_python(python_version, overrides), torch_version)
+        counts: Dict[str, int] = {}
+        notes = how if not ok else ""
+        status = 1
+        if ok:
+            print(f"compat: {pair}: running tests", file=sys.stderr, flush=True)
+            counts, notes, status = run_tests(venv, args.timeout)
+        passed = status == 0 and counts.get("passed", 0) > 0
+        rows.append({"torch": torch_version, "python": python_version,
+                     "result": "pass" if passed else "FAIL",
+                     "passed": str(counts.get("passed", 0)),
+                     "failed": str(counts.get("failed", 0) + counts.get("error", 0)),
+                     "skipped": str(counts.get("skipped", 0)),
+                     "notes": notes.replace("|", "/") or "-",
+                     "reproduce": reproduce_command(torch_version, python_version)})
+        print(f"compat: {pair}: {rows[-1]['result']} {counts}", file=sys.stderr, flush=True)
+    if args.list:
+        return 0
+    write_compat(merge_rows(args.output, rows), args.output)
+    print(f"compat: wrote {args.output}", file=sys.stderr)
+    return 0 if all(r["result"] == "pass" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
