@@ -159,7 +159,7 @@ class OnDemandAgent:
     def _answer(self, request: Dict[str, Any], **fields: Any) -> None:
         try:
             control.write_result(self.pid, str(request.get("id", "unknown")), **fields)
-        except OSError:
+        except (OSError, ValueError):
             pass  # the trigger reports the missing answer when it times out
 
 
