@@ -159,12 +159,18 @@ def test_planted_symlinks_named_like_control_files_are_not_followed(tmp_path, co
         link.symlink_to(secret)
     # not ours by name: never removed, even for a dead pid
     (control_folder / f"{dead}.pt").write_text("weights")
+    # ours by name and kind, of a dead pid: removed
+    leftovers = [control_folder / f".{dead}.0123456789abcdef.tmp",
+                 control_folder / f"{dead}.abcdef999999.result.json"]
+    for leftover in leftovers:
+        leftover.write_text("{}")
     assert control.take_requests(pid) == []
     assert control.take_result(pid, "abcdef654321") is None
     assert control.read_registration(dead) is None
     control.remove_files_of_dead_processes()
     assert all(link.is_symlink() for link in links.values())
     assert (control_folder / f"{dead}.pt").read_text() == "weights"
+    assert not any(leftover.exists() for leftover in leftovers)
     assert json.loads(secret.read_text())["steps"] == 1
 
     # writing our own file at a planted link's name replaces the link, never its target
@@ -193,6 +199,30 @@ def test_odd_control_files_are_skipped_not_waited_on(control_folder):
     assert big.exists()
     with pytest.raises(ValueError, match="request id"):
         control.write_result(pid, "../../escape", status="ok")
+
+
+def test_trigger_refuses_a_control_folder_that_is_not_private(tmp_path, control_folder,
+                                                              capsys):
+    control_folder.mkdir(mode=0o700)
+    control_folder.chmod(0o755)
+    with pytest.raises(SystemExit) as ended:
+        cli_main(["trigger", str(os.getppid()), "-o", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert ended.value.code == 2
+    assert err.count("\n") == 1 and str(control_folder) in err and "mode 0755" in err
+
+
+def test_a_signal_with_the_folder_gone_bad_warns_and_disabling_still_works(control_folder):
+    opscope.enable_on_demand()
+    try:
+        control_folder.chmod(0o755)
+        with pytest.warns(RuntimeWarning, match="trigger signal was ignored.*mode 0755"):
+            opscope.on_demand._agent.on_signal()
+    finally:
+        with pytest.warns(RuntimeWarning, match="cannot withdraw the registration"):
+            opscope.disable_on_demand()
+    assert not opscope.on_demand.is_enabled()
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
 
 
 # -- the training process survives every window ------------------------------------------------
