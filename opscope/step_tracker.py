@@ -250,7 +250,10 @@ def track_optimizer_steps() -> None:
 
 
 def untrack_optimizer_steps() -> None:
-    """Remove the global optimizer post-hook, if installed."""
+    """Remove the global optimizer post-hook, if installed.
+
+    Not from inside an optimizer hook: that edits the table torch iterates.
+    """
     global _hook_handle
     with _hook_lock:
         if _hook_handle is not None:

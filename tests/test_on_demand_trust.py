@@ -378,6 +378,14 @@ def test_trigger_fails_when_the_answered_trace_is_no_file(tmp_path, fake_target,
     assert ("cannot be found" if kind == "missing" else "not a regular file") in err
 
 
+def test_trigger_refuses_a_malformed_registration(tmp_path, fake_target, capsys):
+    control._write_json(f"{fake_target.pid}.json",
+                        {"pid": fake_target.pid, "signal": "KILL", "start_time": None})
+    code, out, err = _trigger(fake_target.pid, tmp_path / "out", capsys)
+    assert code == 2 and err.count("\n") == 1 and "malformed" in err
+    assert fake_target.poll() is None
+
+
 def test_trigger_fails_when_the_target_dies_before_answering(tmp_path, fake_target, capsys):
     stop = threading.Event()
     player = _answer_when_asked(fake_target.pid, lambda rid: fake_target.kill(), stop)

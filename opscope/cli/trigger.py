@@ -93,7 +93,11 @@ def _check_target(pid: int) -> int:
                          f"(start it with OPSCOPE_ON_DEMAND=1 and import opscope, through "
                          f"'python -m opscope.on_demand SCRIPT', or call "
                          f"opscope.enable_on_demand() in it)")
-    return int(registration["signal"])
+    number = registration.get("signal")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 128:
+        raise UsageError(f"argument PID: the on-demand registration of process {pid} is "
+                         f"malformed (signal {number!r}); restart it with on-demand enabled")
+    return number
 
 
 def main(args: argparse.Namespace) -> int:
