@@ -61,7 +61,9 @@ _RESULT_SUFFIX = ".result.json"
 _ID = r"[0-9a-f]{6,32}"
 REQUEST_ID = re.compile(_ID)
 # the only names opscope ever removes from the folder
-_OWN_NAME = re.compile(rf"(\d+)\.json|(\d+)\.{_ID}\.(?:request|result)\.json|\.(\d+)\.[0-9a-f]{{16}}\.tmp")
+_OWN_NAME = re.compile(rf"(\d+)\.json"
+                       rf"|(\d+)\.{_ID}\.(?:request|result)\.json"
+                       rf"|\.(\d+)\.[0-9a-f]{{16}}\.tmp")
 
 
 class ControlFolderError(PermissionError):
