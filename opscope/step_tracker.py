@@ -9,9 +9,13 @@ step is the largest of them. Every optimizer is its own requester
 still counts one step per iteration.
 
 ``track_optimizer_steps()`` installs one global optimizer post-hook (once
-per process) that feeds the tracker. Listeners added with
-``StepTracker.add_listener`` are called with the new global step each time
-it grows; on-demand profiling counts its steps that way.
+per process) that feeds the tracker. It is the only entry opscope keeps in
+torch's hook table: listeners added with ``StepTracker.add_listener`` (called
+with the new global step each time it grows; on-demand profiling counts its
+steps that way) and with ``add_optimizer_listener`` (called with each stepped
+optimizer; profile_memory's sightings) live here instead. A listener may start
+or stop a profiler, adding or removing listeners, while torch iterates its
+table: ours are called from a snapshot, so nothing torch iterates changes.
 
 Example::
 
@@ -25,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
 import warnings
@@ -36,6 +41,7 @@ from torch.compiler import is_compiling
 PROFILER_REQUESTER = "ProfilerStep"
 
 StepListener = Callable[[int], None]
+OptimizerListener = Callable[[Any, Any, Any], None]
 
 
 class StepTracker:
@@ -139,26 +145,89 @@ _requesters: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 _optimizer_numbers = itertools.count(1)
 
 
+_optimizer_listeners: Dict[int, OptimizerListener] = {}
+
+
+def add_optimizer_listener(listener: OptimizerListener) -> int:
+    """Call ``listener(optimizer, args, kwargs)`` after each ``optimizer.step()``.
+
+    Returns an id for ``remove_optimizer_listener``. Listeners run before the
+    step is counted, so one removed by a step listener of the same step still
+    saw that step. Adding or removing one from inside a listener is safe.
+
+    >>> import torch
+    >>> seen = []
+    >>> key = add_optimizer_listener(lambda opt, args, kwargs: seen.append(type(opt).__name__))
+    >>> torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()
+    >>> remove_optimizer_listener(key), seen
+    (True, ['SGD'])
+    """
+    if not callable(listener):
+        raise TypeError(f"add_optimizer_listener: listener must be callable, got {listener!r}")
+    track_optimizer_steps()
+    with StepTracker._lock:
+        key = next(StepTracker._listener_ids)
+        _optimizer_listeners[key] = listener
+    return key
+
+
+def remove_optimizer_listener(key: int) -> bool:
+    """Remove an optimizer listener by its id; False when it was not registered."""
+    with StepTracker._lock:
+        return _optimizer_listeners.pop(key, None) is not None
+
+
+def optimizer_listeners() -> List[OptimizerListener]:
+    """The optimizer listeners now registered (for diagnostics and tests)."""
+    with StepTracker._lock:
+        return list(_optimizer_listeners.values())
+
+
 def _requester_of(optimizer: Any) -> str:
     name = _requesters.get(optimizer)
-    if name is None:
-        name = f"Optimizer#{next(_optimizer_numbers)}"
-        _requesters[optimizer] = name
-        with StepTracker._lock:
-            # Seen at its first step. If another optimizer already counted this
-            # iteration, the new one joins it (one behind), so a model with two
-            # optimizers does not count its first iteration twice.
-            others = any(k.startswith("Optimizer#") for k in StepTracker._step_dict)
-            current = StepTracker._current_step
-            StepTracker._step_dict[name] = current - 1 if others and current > 0 else current
-        weakref.finalize(optimizer, StepTracker.erase_step_count, name)
+    if name is not None:
+        return name
+    if _an_optimizer_counted_this_step():
+        # A dropped optimizer may still wait in a reference cycle (optimizers
+        # hold some); were it taken for a live one, the new optimizer would
+        # start one step behind, depending on when the GC last ran. Collect
+        # now (once per new optimizer) so only live optimizers count.
+        gc.collect()
+    name = f"Optimizer#{next(_optimizer_numbers)}"
+    _requesters[optimizer] = name
+    with StepTracker._lock:
+        # Seen at its first step. If another optimizer already counted this
+        # iteration, the new one joins it (one behind), so a model with two
+        # optimizers does not count its first iteration twice.
+        current = StepTracker._current_step
+        joins = current > 0 and _counted_by_an_optimizer(current)
+        StepTracker._step_dict[name] = current - 1 if joins else current
+    weakref.finalize(optimizer, StepTracker.erase_step_count, name)
     return name
+
+
+def _an_optimizer_counted_this_step() -> bool:
+    with StepTracker._lock:
+        return _counted_by_an_optimizer(StepTracker._current_step)
+
+
+def _counted_by_an_optimizer(step: int) -> bool:
+    return any(k.startswith("Optimizer#") and v == step for k, v in StepTracker._step_dict.items())
 
 
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     # torch.compile tracing an optimizer step must not bake the count into a graph
     if is_compiling():
         return
+    with StepTracker._lock:
+        snapshot = list(_optimizer_listeners.items())
+    for key, listener in snapshot:
+        if key in _optimizer_listeners:  # not removed by an earlier one meanwhile
+            try:
+                listener(optimizer, args, kwargs)
+            except Exception as exc:  # noqa: BLE001  (inside optimizer.step(): training goes on)
+                warnings.warn(f"opscope optimizer listener {listener!r} failed: "
+                              f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
     StepTracker.increment_step(_requester_of(optimizer))
 
 
@@ -181,7 +250,10 @@ def track_optimizer_steps() -> None:
 
 
 def untrack_optimizer_steps() -> None:
-    """Remove the global optimizer post-hook, if installed."""
+    """Remove the global optimizer post-hook, if installed.
+
+    Not from inside an optimizer hook: that edits the table torch iterates.
+    """
     global _hook_handle
     with _hook_lock:
         if _hook_handle is not None:

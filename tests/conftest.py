@@ -33,13 +33,15 @@ def _assert_no_memory_hooks_left():
     from torch.optim import optimizer as optim_module
 
     from opscope.collect.memory_hooks import TensorSightings
+    from opscope.step_tracker import optimizer_listeners
 
     def ours(hook):
         return isinstance(getattr(hook, "__self__", None), TensorSightings)
 
     hooks = (list(nn_module._global_forward_pre_hooks.values())
              + list(nn_module._global_forward_hooks.values())
-             + list(optim_module._global_optimizer_post_hooks.values()))
+             + list(optim_module._global_optimizer_post_hooks.values())
+             + optimizer_listeners())
     assert not any(ours(h) for h in hooks), "a profile_memory hook is still installed"
 
 

@@ -274,7 +274,7 @@ def test_control_folder_must_be_private(tmp_path, monkeypatch):
     folder.mkdir()
     folder.chmod(0o777)
     monkeypatch.setenv(control.CONTROL_DIR_ENV, str(folder))
-    with pytest.raises(PermissionError, match="writable by others"):
+    with pytest.raises(control.ControlFolderError, match="has mode 0777"):
         control.control_dir()
 
 

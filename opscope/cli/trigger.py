@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from typing import Dict, List, Tuple
@@ -85,14 +86,18 @@ def _check_target(pid: int) -> int:
         raise UsageError(f"argument PID: no process with id {pid}")
     try:
         registration = control.read_registration(pid)
-    except PermissionError as exc:
+    except OSError as exc:  # ControlFolderError: a symlink, not ours, not private
         raise UsageError(str(exc)) from None
     if registration is None:
         raise UsageError(f"argument PID: process {pid} is not enabled for on-demand profiling "
                          f"(start it with OPSCOPE_ON_DEMAND=1 and import opscope, through "
                          f"'python -m opscope.on_demand SCRIPT', or call "
                          f"opscope.enable_on_demand() in it)")
-    return int(registration["signal"])
+    number = registration.get("signal")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 128:
+        raise UsageError(f"argument PID: the on-demand registration of process {pid} is "
+                         f"malformed (signal {number!r}); restart it with on-demand enabled")
+    return number
 
 
 def main(args: argparse.Namespace) -> int:
@@ -105,7 +110,11 @@ def main(args: argparse.Namespace) -> int:
     for pid, signal_number in targets:
         request = control.new_request(args.steps, folder, options=profile_kwargs(args),
                                       gzip=args.gzip)
-        control.write_request(pid, request)
+        try:
+            control.write_request(pid, request)
+        except OSError as exc:
+            raise UsageError(f"cannot leave the request for process {pid} in the on-demand "
+                             f"control folder: {exc}") from None
         try:
             os.kill(pid, signal_number)
         except OSError as exc:
@@ -149,13 +158,32 @@ def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
 
 
 def _report(pid: int, result) -> int:
+    """Print the trace's path; 1 with one line when there is no trace to show for it."""
     if result is None:
         print_error(f"process {pid} exited before writing a trace")
         return 1
     if result.get("status") != "ok":
         print_error(f"process {pid}: {result.get('message', 'unknown error')}")
         return 1
+    trace = result.get("trace")
+    problem = _trace_problem(trace)
+    if problem:
+        print_error(f"process {pid} answered ok but its trace {trace!r} {problem}")
+        return 1
     if result.get("note"):
         print(f"opscope: warning: process {pid}: {result['note']}", file=sys.stderr)
-    print(result["trace"], flush=True)
+    print(trace, flush=True)
     return 0
+
+
+def _trace_problem(trace) -> str:
+    """Why ``trace`` is not a trace file ('' when it is one): missing, or not a regular file."""
+    if not isinstance(trace, str) or not trace:
+        return "is not a path"
+    try:
+        info = os.lstat(trace)
+    except OSError as exc:
+        return f"cannot be found ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    return ""

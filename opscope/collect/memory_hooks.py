@@ -34,7 +34,6 @@ from opscope.model.memory import (CATEGORY_NAMES, GRADIENT, INPUT,  # noqa: F401
                                   OPTIMIZER_STATE, PARAMETER, SIGHTING_DTYPE)
 
 
-
 class TensorSightings:
     """Installs the hooks; ``to_array()`` returns what they saw (SIGHTING_DTYPE).
 
@@ -47,7 +46,8 @@ class TensorSightings:
         self._module_roles: dict = {}
         self._seen_tensors: dict = {}  # id -> (weakref, data_ptr), see _see_once
         self._optimizers: dict = {}  # id -> weakref of each optimizer stepped
-        self._handles: list = []
+        self._forward_handle = None
+        self._optimizer_key = None
 
     # -- hooks --------------------------------------------------------------------
     def _see(self, tensor, category: int) -> None:
@@ -123,17 +123,25 @@ class TensorSightings:
     # -- lifetime -----------------------------------------------------------------
     def install(self) -> None:
         from torch.nn.modules import module as nn_module
-        from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._handles = [
-            nn_module.register_module_forward_pre_hook(self._pre_forward),
-            register_optimizer_step_post_hook(self._after_step),
-        ]
+        from opscope.step_tracker import add_optimizer_listener
+
+        # The optimizer side is a step-tracker listener, not an entry of torch's
+        # own post-hook table: a profile may start or stop inside an optimizer
+        # step (on-demand), and editing the table torch is iterating would end
+        # the training with "OrderedDict mutated during iteration".
+        self._forward_handle = nn_module.register_module_forward_pre_hook(self._pre_forward)
+        self._optimizer_key = add_optimizer_listener(self._after_step)
 
     def uninstall(self) -> None:
-        for handle in self._handles:
+        from opscope.step_tracker import remove_optimizer_listener
+
+        handle, self._forward_handle = self._forward_handle, None
+        if handle is not None:
             handle.remove()
-        self._handles = []
+        key, self._optimizer_key = self._optimizer_key, None
+        if key is not None:
+            remove_optimizer_listener(key)
 
     def to_array(self) -> np.ndarray:
         return np.array(self._rows, dtype=SIGHTING_DTYPE)

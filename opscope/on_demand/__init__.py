@@ -127,7 +127,13 @@ def disable_on_demand() -> None:
         if agent is None:
             return
         _agent = None
-        control.unregister(agent.pid)
+        try:
+            control.unregister(agent.pid)
+        except OSError as exc:  # the folder was removed or replaced meanwhile; go on stopping
+            import warnings
+
+            warnings.warn(f"opscope on-demand: cannot withdraw the registration: {exc}",
+                          RuntimeWarning, stacklevel=2)
         from opscope.step_tracker import StepTracker
 
         if _listener_id is not None:

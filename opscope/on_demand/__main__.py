@@ -24,7 +24,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE + "\n\nRun SCRIPT with on-demand profiling enabled; profile it later "
-              "with: opscope trigger PID --steps N -o DIR", file=sys.stderr if not argv else sys.stdout)
+              "with: opscope trigger PID --steps N -o DIR",
+              file=sys.stderr if not argv else sys.stdout)
         return 2 if not argv else 0
     script, args = argv[0], argv[1:]
     if not os.path.isfile(script):

@@ -61,7 +61,11 @@ class OnDemandAgent:
             return
         try:
             requests = control.take_requests(self.pid)
-        except OSError:
+        except OSError as exc:  # the folder is gone or no longer private: nothing to trust
+            import warnings
+
+            warnings.warn(f"opscope on-demand: a trigger signal was ignored: {exc}",
+                          RuntimeWarning, stacklevel=2)
             return
         for request in requests:
             if not _valid_request(request):
@@ -159,7 +163,7 @@ class OnDemandAgent:
     def _answer(self, request: Dict[str, Any], **fields: Any) -> None:
         try:
             control.write_result(self.pid, str(request.get("id", "unknown")), **fields)
-        except OSError:
+        except (OSError, ValueError):
             pass  # the trigger reports the missing answer when it times out
 
 
