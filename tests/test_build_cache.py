@@ -326,8 +326,24 @@ def test_bad_build_wait_is_named(tmp_path):
     assert_fell_back(proc, "OPSCOPE_BUILD_WAIT must be a number of seconds")
 
 
-def test_killed_builder_does_not_block_the_next_run(tmp_path):
-    """SIGKILL a first build mid-compile: the next run builds and loads, never hangs."""
+def build_workers(folder: Path) -> list:
+    """Pids of build workers compiling into ``folder``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"opscope.collect.build_worker" in cmdline and any(
+                str(folder).encode() in arg for arg in cmdline):
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize("signal_to_parent", [signal.SIGTERM])
+def test_killed_builder_does_not_block_the_next_run(tmp_path, signal_to_parent):
+    """Kill a first build mid-compile: its worker dies with it, and the next run
+    builds and loads, never waiting on the dead builder (the issue's repro)."""
     cache = tmp_path / "cache"
     folder = library(cache).parent
     env = dict(os.environ, OPSCOPE_CACHE_DIR=str(cache), OPSCOPE_QUIET_BUILD="1",
@@ -342,8 +358,18 @@ def test_killed_builder_does_not_block_the_next_run(tmp_path):
             assert time.monotonic() < deadline, "the first build never started compiling"
             time.sleep(0.2)
         time.sleep(2)  # let the compiler get going
+        assert build_workers(folder), "no build worker found"
+        victim.send_signal(signal_to_parent)  # the parent only, like `kill $!`
+        victim.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while build_workers(folder):
+            assert time.monotonic() < deadline, "the build worker outlived its parent"
+            time.sleep(0.2)
     finally:
-        os.killpg(victim.pid, signal.SIGKILL)
+        try:
+            os.killpg(victim.pid, signal.SIGKILL)  # ninja and the compiler, orphaned
+        except ProcessLookupError:
+            pass
         victim.wait(timeout=60)
     assert not library(cache).exists()
     proc = run(cache)
