@@ -379,6 +379,38 @@ def test_killed_builder_does_not_block_the_next_run(tmp_path, signal_to_parent):
     assert not list(folder.glob("build-*")), "the killed build's temp folder was left behind"
 
 
+FORK_WHILE_HOLDING = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from opscope.collect.build_cache import BuildLock
+    lock = BuildLock(Path(sys.argv[1]))
+    assert lock.acquire(0, lambda: None)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    os._exit(0)  # the builder dies holding the lock; its forked child lives on
+""")
+
+
+def test_forked_child_does_not_keep_the_build_lock(tmp_path):
+    folder = tmp_path / "key"
+    folder.mkdir(mode=0o700)
+    proc = subprocess.run([sys.executable, "-c", FORK_WHILE_HOLDING, str(folder)],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr
+    child = int(proc.stdout.split()[0])
+    try:
+        os.kill(child, 0)  # still alive
+        lock = build_cache.BuildLock(folder)
+        assert lock.acquire(5, lambda: None), "the forked child kept the dead builder's lock"
+        lock.release()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 # --- failed builds --------------------------------------------------------------------------
 
 BAD_EXTENSION = textwrap.dedent("""

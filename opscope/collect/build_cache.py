@@ -173,8 +173,27 @@ def publish(so: Path, data: bytes) -> None:
     write_stamp(so, data)
 
 
+# Lock fds held by this process. A forked child (a DataLoader worker, say) would
+# otherwise share the lock and keep it held after the builder dies.
+_held_fds: set = set()
+
+
+def _close_held_in_child() -> None:
+    for fd in list(_held_fds):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held_fds.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 class BuildLock:
     """An exclusive ``flock`` on ``folder/.lock``; the OS drops it when its holder dies.
+
+    A forked child does not keep it: the fd is closed in the child at fork.
 
     ``acquire(wait_s, on_wait)`` returns True when held, False after ``wait_s``
     seconds of another live process holding it (``on_wait`` is called once,
@@ -216,9 +235,11 @@ class BuildLock:
             os.close(fd)
             raise
         self._fd = fd
+        _held_fds.add(fd)
         return True
 
     def release(self) -> None:
         if self._fd is not None:
+            _held_fds.discard(self._fd)
             os.close(self._fd)  # closing drops the flock
             self._fd = None

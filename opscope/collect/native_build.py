@@ -12,6 +12,12 @@ child process (``build_worker``) into a private temp folder, then publishes the
 ``.so`` atomically. Another C++ source (et_observer.cpp) is built the same way
 through a ``NativeExtension``.
 
+A first build prints two lines on stderr (compiling, then how long it took)
+unless ``OPSCOPE_QUIET_BUILD`` is set (the test suite sets it); a cached run
+prints nothing. ``OPSCOPE_BUILD_WAIT`` bounds the wait for another live builder
+(default 300 s), after which the run falls back. ``OPSCOPE_FORCE_BUILD_FAILURE``
+makes any needed build fail, for tests.
+
 Example::
 
     >>> from opscope.collect.native_build import load_native
