@@ -334,7 +334,7 @@ def build_workers(folder: Path) -> list:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"opscope.collect.build_worker" in cmdline and any(
+        if any(arg.endswith(b"build_worker.py") for arg in cmdline) and any(
                 str(folder).encode() in arg for arg in cmdline):
             pids.append(int(entry.name))
     return pids
@@ -446,6 +446,21 @@ def test_missing_compiler_is_named(tmp_path):
     assert "native collector unavailable (" in lines[1]
     assert "/nonexistent/c++: not found" in lines[1] and "full log: " in lines[1]
     assert "NATIVE False" in proc.stdout
+
+
+def test_build_worker_never_imports_opscope(tmp_path):
+    """``import opscope`` acts on OPSCOPE_* variables (on-demand would build again)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", native_build._RUN_WORKER,
+         str(native_build._WORKER), str(tmp_path / "missing.cpp"), str(tmp_path), "x",
+         str(os.getpid())],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO), OPSCOPE_ON_DEMAND="1"))
+    assert proc.returncode == 1
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "torch" in imported
+    assert not [name for name in imported if name.split(".")[0] == "opscope"]
 
 
 def test_first_error_picks_the_compiler_line():

@@ -1,11 +1,12 @@
 """Compile one C++ extension into a private folder; run as a child process.
 
-``python -m opscope.collect.build_worker SOURCE BUILD_DIR NAME PARENT_PID`` leaves
+``python build_worker.py SOURCE BUILD_DIR NAME PARENT_PID`` leaves
 ``BUILD_DIR/NAME.so`` and exits 0, or exits 1 with the compiler output on
 stderr. It runs in its own process so that torch's build chatter (ninja,
 compiler, warnings) goes to the build log and never to the profiled job's
 terminal, and so that the half-built module is never imported by that job.
-``native_build`` then checks and publishes the library.
+``native_build`` then checks and publishes the library. It imports torch
+only, never opscope.
 """
 
 from __future__ import annotations

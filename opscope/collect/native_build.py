@@ -273,10 +273,10 @@ def _compile(ext: NativeExtension, so: Path) -> None:
         with os.fdopen(fd, "wb") as out:
             try:
                 proc = subprocess.run(
-                    [sys.executable, "-m", "opscope.collect.build_worker",
+                    [sys.executable, "-c", _RUN_WORKER, str(_WORKER),
                      str(ext.source), temp, so.stem, str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env=_worker_env(), timeout=BUILD_TIMEOUT_S)
+                    env=_worker_env(), cwd=temp, timeout=BUILD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise BuildFailed(f"the compile ran past {BUILD_TIMEOUT_S} s; "
                                   f"full log: {log}") from None
@@ -294,11 +294,15 @@ def _compile(ext: NativeExtension, so: Path) -> None:
               file=sys.stderr, flush=True)
 
 
+# The worker runs by path, without importing opscope: ``import opscope`` acts on
+# OPSCOPE_* variables (on-demand profiling would load, so build, the observer again).
+_WORKER = Path(__file__).with_name("build_worker.py")
+_RUN_WORKER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
 def _worker_env() -> dict:
-    """The build's environment: opscope importable, ninja on PATH when pip installed it."""
+    """The build's environment: ninja on PATH when pip installed it."""
     env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
     if shutil.which("ninja", path=env.get("PATH")) is None:
         try:
             import ninja  # pip's ninja keeps its binary inside the package
