@@ -302,6 +302,21 @@ def test_read_only_cache_without_a_build_falls_back(tmp_path, read_only):
     assert_fell_back(proc, "Read-only file system")
 
 
+def test_full_disk_falls_back_with_one_line(tmp_path):
+    """A cache on a full file system (a tmpfs with no inode left) cannot hold a build."""
+    needs_root()
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=2,mode=0700", "tmpfs",
+                    str(full)], check=True, timeout=30)
+    try:
+        (full / "cache").mkdir(mode=0o700)  # the last inode
+        proc = run(full / "cache", timeout=120)
+    finally:
+        subprocess.run(["umount", str(full)], timeout=30)
+    assert_fell_back(proc, "No space left on device", str(full / "cache"))
+
+
 # --- concurrent and killed builders ---------------------------------------------------------
 
 def test_live_builder_is_waited_on_then_the_run_falls_back(cache):
