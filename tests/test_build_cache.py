@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -334,6 +335,46 @@ def test_live_builder_is_waited_on_then_the_run_falls_back(cache):
     assert "OPSCOPE_BUILD_WAIT" in waiting
     assert "kept building" in failed and "Python fallback" in failed
     assert "NATIVE False" in proc.stdout
+
+
+def test_run_waits_for_a_live_builder_and_uses_its_build(cache, tmp_path):
+    so = library(cache)
+    stamp = build_cache.stamp_path(so)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    shutil.move(str(so), str(saved / so.name))
+    shutil.move(str(stamp), str(saved / stamp.name))
+    lock = os.open(so.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = dict(os.environ, OPSCOPE_CACHE_DIR=str(cache), OPSCOPE_BUILD_WAIT="120",
+                   PYTHONPATH=str(REPO), OPSCOPE_QUIET_BUILD="1")
+        waiter = subprocess.Popen([sys.executable, "-c", PROBE], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        # readline() has no timeout: this kills the waiter if it never speaks.
+        guard = threading.Timer(180, os.killpg, (waiter.pid, signal.SIGKILL))
+        guard.start()
+        try:
+            waiting = waiter.stderr.readline()  # blocks until it waits on our lock
+            assert "another process is building the native collector" in waiting
+            shutil.move(str(saved / so.name), str(so))  # "our build" finishes
+            shutil.move(str(saved / stamp.name), str(stamp))
+            os.close(lock)
+            lock = None
+            out, err = waiter.communicate(timeout=120)
+        except BaseException:
+            os.killpg(waiter.pid, signal.SIGKILL)
+            waiter.communicate()
+            raise
+        finally:
+            guard.cancel()
+    finally:
+        if lock is not None:
+            os.close(lock)
+    assert waiter.returncode == 0, err
+    assert err == ""
+    assert "NATIVE True" in out and "ADD True" in out
 
 
 def test_bad_build_wait_is_named(tmp_path):
