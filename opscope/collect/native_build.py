@@ -150,7 +150,7 @@ class NativeExtension:
             try:
                 self._loaded = _load_or_build(self)
             except Exception as exc:  # any build, trust or import error: report, return None
-                reason = " ".join(str(exc).split())[:400] or type(exc).__name__
+                reason = " ".join(str(exc).split())[:1000] or type(exc).__name__
                 self._failure = reason
                 print(f"opscope: {self.what} unavailable ({reason}); {self.consequence}",
                       file=sys.stderr, flush=True)
