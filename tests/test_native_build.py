@@ -1,5 +1,7 @@
-"""The native observer's build: cached per torch version and source hash, and a
-failed build says so in one line and falls back to the Python collector."""
+"""The native observer's build: cached per Python ABI, torch build and source hash,
+and a failed build says so in one line and falls back to the Python collector.
+The cache under faults (killed builders, planted or truncated files) is in
+tests/test_build_cache.py."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import torch
 from opscope.collect import native_build
 
 
-def test_build_key_names_torch_version_and_source_hash():
+def test_build_key_names_torch_version_python_and_hash():
     key = native_build.build_key()
     assert key.startswith("torch" + torch.__version__.replace("+", "_").replace(".", "_"))
+    assert f"_{sys.implementation.cache_tag}_" in key
     assert len(key.rsplit("_", 1)[-1]) == 12
 
 
@@ -24,6 +27,8 @@ def test_native_loads_once_and_is_cached(tmp_path):
     assert native_build.load_native() is first
     assert first.RECORD_SIZE == 48
     assert (native_build.cache_dir() / native_build.build_key()).is_dir()
+    assert native_build.OBSERVER.library_path().is_file()
+    assert first.__file__ == str(native_build.OBSERVER.library_path())
 
 
 SCRIPT = textwrap.dedent("""

@@ -1,9 +1,22 @@
 """Build and load the native observer (observer.cpp) against the installed torch.
 
-The build is cached per torch version and source hash, in ``$OPSCOPE_CACHE_DIR``
-or ``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``). Another C++
-source (the execution-trace observer, et_observer.cpp) is built and cached the
-same way through a ``NativeExtension``.
+The build is cached in ``$OPSCOPE_CACHE_DIR`` or ``$XDG_CACHE_HOME/opscope``
+(default ``~/.cache/opscope``), one folder per ``build_key()``: the Python ABI,
+the torch build, the platform, the flags and the source hash, and no absolute
+path, so two virtualenvs over the same Python and torch share one build.
+
+A cached build is checked against its stamp (``build_cache``) and imported
+directly: no lock, no ninja, no compiler. Only a missing or stale build takes
+the lock (``flock``, dropped by the OS when its holder dies) and compiles in a
+child process (``build_worker``) into a private temp folder, then publishes the
+``.so`` atomically. Another C++ source (et_observer.cpp) is built the same way
+through a ``NativeExtension``.
+
+A first build prints two lines on stderr (compiling, then how long it took)
+unless ``OPSCOPE_QUIET_BUILD`` is set (the test suite sets it); a cached run
+prints nothing. ``OPSCOPE_BUILD_WAIT`` bounds the wait for another live builder
+(default 300 s), after which the run falls back. ``OPSCOPE_FORCE_BUILD_FAILURE``
+makes any needed build fail, for tests.
 
 Example::
 
@@ -16,18 +29,39 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
+import json
 import os
+import platform
+import re
+import shutil
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Optional
 
-SOURCE = Path(__file__).with_name("observer.cpp")
-BUILD_FLAGS_TAG = b"-O2 -DNDEBUG"
+from opscope.collect import build_cache
+from opscope.collect.build_cache import BuildLock, StaleBuild, UntrustedCache
+from opscope.collect.build_worker import FLAGS
 
-_lock = threading.Lock()
-_loaded: Optional[Any] = None
+SOURCE = Path(__file__).with_name("observer.cpp")
+BUILD_FLAGS_TAG = " ".join(FLAGS).encode()
+WAIT_ENV = "OPSCOPE_BUILD_WAIT"
+DEFAULT_WAIT_S = 300.0
+# A compile that runs this long is stuck, not slow: kill it and fall back.
+BUILD_TIMEOUT_S = 1800
+
+_loaded: Optional[Any] = None   # read by tests/conftest.py
 _failure: Optional[str] = None
+
+
+class BuildFailed(RuntimeError):
+    """The compile failed or could not start; the message is the one line to show."""
 
 
 def cache_dir() -> Path:
@@ -40,79 +74,44 @@ def cache_dir() -> Path:
 
 
 def build_key() -> str:
-    """Identifies one build: the torch version plus a hash of the source."""
+    """Identifies the observer's build (see ``source_build_key``)."""
     return source_build_key(SOURCE)
 
 
 def source_build_key(source: Path) -> str:
-    """``build_key()`` for any C++ source: torch version plus that source's hash."""
+    """``torch<version>_<python tag>_<hash>`` for a C++ source.
+
+    The hash covers what makes a built ``.so`` loadable: Python ABI, torch
+    version and build, C++ ABI, platform, flags and the source; never a path.
+
+    >>> source_build_key(SOURCE).startswith("torch")
+    True
+    """
     import torch
 
-    digest = hashlib.sha256(source.read_bytes() + BUILD_FLAGS_TAG).hexdigest()[:12]
+    fields = {
+        "layout": 2,
+        "python": sys.implementation.cache_tag,
+        "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+        "soabi": sysconfig.get_config_var("SOABI"),
+        "torch": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "cuda": getattr(torch.version, "cuda", None),
+        "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "flags": BUILD_FLAGS_TAG.decode(),
+        "source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
+    }
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
-    return f"torch{torch_tag}_{digest}"
-
-
-def failure_reason() -> Optional[str]:
-    """Why the native observer is unavailable, or None when it loaded."""
-    return _failure
-
-
-def load_native() -> Optional[Any]:
-    """Compile (first use only) and import the observer; None if that fails.
-
-    A failure prints one line to stderr, once per process, and the caller falls
-    back to the Python collector.
-    """
-    global _loaded, _failure
-    with _lock:
-        if _loaded is not None or _failure is not None:
-            return _loaded
-        try:
-            _loaded = _build()
-        except Exception as exc:  # any build or import error means: fall back
-            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-            _failure = reason
-            print(
-                f"opscope: native collector unavailable ({reason}); "
-                "using the Python fallback collector",
-                file=sys.stderr,
-            )
-        return _loaded
-
-
-def _build(source: Path = SOURCE, module_prefix: str = "opscope_observer") -> Any:
-    if os.environ.get("OPSCOPE_FORCE_BUILD_FAILURE"):
-        raise RuntimeError("build disabled by OPSCOPE_FORCE_BUILD_FAILURE")
-    import shutil
-
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # noqa: F401  (pip's ninja puts the binary on PATH via its module)
-
-            bin_dir = os.path.join(os.path.dirname(ninja.__file__), "data", "bin")
-            os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            raise RuntimeError("ninja is not installed (pip install ninja)") from None
-    from torch.utils import cpp_extension
-
-    key = source_build_key(source)
-    build_dir = cache_dir() / key
-    build_dir.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=f"{module_prefix}_{key.rsplit('_', 1)[-1]}",
-        sources=[str(source)],
-        build_directory=str(build_dir),
-        extra_cflags=["-O2", "-DNDEBUG"],
-        verbose=False,
-    )
+    return f"torch{torch_tag}_{sys.implementation.cache_tag}_{digest}"
 
 
 class NativeExtension:
-    """Another C++ source, built on first use and cached like observer.cpp.
+    """A C++ source built on first use, cached, and loaded from the cache after.
 
-    ``load()`` returns the module, or None when the build fails; the failure
-    prints one line to stderr, once per process, ending with ``consequence``.
+    ``load()`` returns the module, or None when it is unavailable; that prints
+    one line to stderr, once per process, ending with ``consequence``.
 
     >>> from pathlib import Path
     >>> ext = NativeExtension(Path("et_observer.cpp"), "opscope_et_observer",
@@ -134,20 +133,206 @@ class NativeExtension:
         """The cache sub-folder of this source's build."""
         return source_build_key(self.source)
 
+    def library_path(self) -> Path:
+        """Where the built ``.so`` lives in the cache (its stamp is beside it)."""
+        key = self.build_key()
+        return cache_dir() / key / f"{self.module_prefix}_{key.rsplit('_', 1)[-1]}.so"
+
     def failure_reason(self) -> Optional[str]:
         """Why the extension is unavailable, or None (loaded, or not tried yet)."""
         return self._failure
 
     def load(self) -> Optional[Any]:
-        """Compile (first use only) and import the extension; None if that fails."""
+        """Import the cached build, building it first when needed; None if that fails."""
         with self._lock:
             if self._loaded is not None or self._failure is not None:
                 return self._loaded
             try:
-                self._loaded = _build(self.source, self.module_prefix)
-            except Exception as exc:  # any build or import error: report, return None
-                reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+                self._loaded = _load_or_build(self)
+            except Exception as exc:  # any build, trust or import error: report, return None
+                reason = " ".join(str(exc).split())[:1000] or type(exc).__name__
                 self._failure = reason
                 print(f"opscope: {self.what} unavailable ({reason}); {self.consequence}",
-                      file=sys.stderr)
+                      file=sys.stderr, flush=True)
             return self._loaded
+
+
+OBSERVER = NativeExtension(SOURCE, "opscope_observer", "native collector",
+                           "using the Python fallback collector")
+
+
+def failure_reason() -> Optional[str]:
+    """Why the native observer is unavailable, or None when it loaded."""
+    return _failure
+
+
+def load_native() -> Optional[Any]:
+    """Import the observer (compiled on first use only); None if that fails.
+
+    A failure prints one line to stderr, once per process, and the caller falls
+    back to the Python collector.
+    """
+    global _loaded, _failure
+    module = OBSERVER.load()
+    _loaded, _failure = module, OBSERVER.failure_reason()
+    return module
+
+
+def _load_or_build(ext: NativeExtension) -> Any:
+    import torch  # noqa: F401  (the extension links against torch's libraries)
+
+    so = ext.library_path()
+    folder, root = so.parent, so.parent.parent
+    try:  # the common case: read-only checks, then import
+        build_cache.trusted_root(root, create=False)
+        build_cache.trusted_folder(folder, create=False)
+        build_cache.verified_bytes(so)
+        return _import(so)
+    except StaleBuild:
+        pass
+    if os.environ.get("OPSCOPE_FORCE_BUILD_FAILURE"):
+        raise BuildFailed("build disabled by OPSCOPE_FORCE_BUILD_FAILURE")
+    build_cache.trusted_root(root, create=True)
+    build_cache.trusted_folder(folder, create=True)
+    wait_s = _wait_limit()
+    lock = BuildLock(folder)
+
+    def say_waiting() -> None:
+        print(f"opscope: another process is building the {ext.what} in {folder}; "
+              f"waiting up to {wait_s:.0f} s ({WAIT_ENV})", file=sys.stderr, flush=True)
+
+    if not lock.acquire(wait_s, say_waiting):
+        raise BuildFailed(f"another process kept building in {folder} for {wait_s:.0f} s "
+                          f"(set {WAIT_ENV} to wait longer)")
+    try:
+        try:  # the process we waited for may have published it
+            build_cache.verified_bytes(so)
+        except StaleBuild:
+            _compile(ext, so)
+            build_cache.verified_bytes(so)
+        return _import(so)
+    finally:
+        lock.release()
+
+
+def _wait_limit() -> float:
+    raw = os.environ.get(WAIT_ENV, "")
+    if not raw:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise BuildFailed(f"{WAIT_ENV} must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
+def _import(so: Path) -> Any:
+    """Import a checked ``.so`` the way Python imports any extension module."""
+    name = so.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = importlib.machinery.ExtensionFileLoader(name, str(so))
+    spec = importlib.util.spec_from_file_location(name, str(so), loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def _quiet() -> bool:
+    return os.environ.get("OPSCOPE_QUIET_BUILD", "") not in ("", "0")
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Temp folders and partial files of builds that were killed (we hold the lock)."""
+    for entry in os.scandir(folder):
+        if entry.name.startswith("build-") and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        elif entry.name.endswith(".partial") and not entry.is_dir(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _compile(ext: NativeExtension, so: Path) -> None:
+    """Compile into a private temp folder in the cache, then publish the .so."""
+    folder = so.parent
+    _remove_leftovers(folder)
+    log = folder / f"{so.stem}.build.log"
+    if not _quiet():
+        print(f"opscope: compiling the {ext.what} once (about a minute) into {folder}",
+              file=sys.stderr, flush=True)
+    started = time.monotonic()
+    temp = tempfile.mkdtemp(prefix="build-", dir=folder)
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-c", _RUN_WORKER, str(_WORKER),
+                     str(ext.source), temp, so.stem, str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    env=_worker_env(), cwd=temp, timeout=BUILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise BuildFailed(f"the compile ran past {BUILD_TIMEOUT_S} s; "
+                                  f"full log: {log}") from None
+            except OSError as exc:
+                raise BuildFailed(f"cannot start the build: {exc}") from None
+        built = Path(temp) / f"{so.stem}.so"
+        if proc.returncode != 0 or not built.is_file():
+            text = log.read_text(errors="replace")
+            raise BuildFailed(f"{first_error(text)}; full log: {log}")
+        build_cache.publish(so, built.read_bytes())
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    if not _quiet():
+        print(f"opscope: built the {ext.what} in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)
+
+
+# The worker runs by path, without importing opscope: ``import opscope`` acts on
+# OPSCOPE_* variables (on-demand profiling would load, so build, the observer again).
+_WORKER = Path(__file__).with_name("build_worker.py")
+_RUN_WORKER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def _worker_env() -> dict:
+    """The build's environment: ninja on PATH when pip installed it."""
+    env = dict(os.environ)
+    if shutil.which("ninja", path=env.get("PATH")) is None:
+        try:
+            import ninja  # pip's ninja keeps its binary inside the package
+
+            bin_dir = os.path.join(os.path.dirname(ninja.__file__), "data", "bin")
+            env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        except ImportError:
+            raise BuildFailed("ninja is not installed (pip install ninja)") from None
+    return env
+
+
+_COMPILER_ERROR = re.compile(
+    r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?error:\s*(?P<msg>.*)$")
+_OTHER_ERROR = re.compile(r"error|not found|no such file|cannot|permission denied", re.I)
+_NOISE = ("FAILED:", "Traceback", "ninja: build stopped", "  File ")
+
+
+def first_error(log_text: str) -> str:
+    """The line of a build log that says what went wrong, shortened.
+
+    >>> first_error("[1/2] c++ -c x.cpp\\n/src/observer.cpp:12:3: error: 'y' was not declared\\n")
+    "observer.cpp:12: error: 'y' was not declared"
+    """
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for line in lines:
+        match = _COMPILER_ERROR.match(line)
+        if match:
+            return (f"{os.path.basename(match['file'])}:{match['line']}: error: "
+                    f"{match['msg']}")[:300]
+    for line in lines:
+        if _OTHER_ERROR.search(line) and not line.startswith(_NOISE):
+            return line[:300]
+    return (lines[-1] if lines else "the build failed")[:300]
