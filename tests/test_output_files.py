@@ -510,3 +510,24 @@ def test_profile_exports_reject_bad_paths_at_the_call(tmp_path):
         with pytest.raises(IsADirectoryError):
             method(tmp_path)
     assert visible(tmp_path) == []
+
+
+def test_replaced_file_keeps_its_mode_but_never_set_id_bits(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old")
+    os.chmod(path, 0o4750)
+    with atomic_text_writer(path) as f:
+        f.write("new")
+    assert path.read_text() == "new"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o750
+
+
+@needs_root
+def test_root_rewriting_a_users_file_keeps_its_owner(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old")
+    os.chown(path, 65534, 65534)
+    with atomic_text_writer(path) as f:
+        f.write("new")
+    info = path.stat()
+    assert (info.st_uid, info.st_gid) == (65534, 65534) and path.read_text() == "new"

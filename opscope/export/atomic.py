@@ -99,11 +99,22 @@ def _create_temp(target: OutputTarget, folder_fd: int) -> Tuple[int, str]:
         except FileExistsError:
             continue
         if target.existing is not None:
-            try:  # keep the replaced file's permissions: a private file stays private
-                os.fchmod(fd, stat.S_IMODE(target.existing.st_mode))
-            except OSError:
-                pass
+            _keep_owner_and_mode(fd, target.existing)
         return fd, tmp
+
+
+def _keep_owner_and_mode(fd: int, existing: os.stat_result) -> None:
+    """Give the temp file the replaced file's permissions (and owner, as root).
+
+    A private (0600) file must stay private. Set-id bits are never copied:
+    root rewriting a user's file must not make a set-uid file it owns.
+    """
+    try:
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            os.fchown(fd, existing.st_uid, existing.st_gid)
+        os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
+    except OSError:  # a best effort: the content matters more than the mode
+        pass
 
 
 def _open_in_place(target: OutputTarget) -> int:
@@ -125,11 +136,16 @@ def _open_in_place(target: OutputTarget) -> int:
                 raise new_error(errno.ENXIO, "no process is reading the FIFO",
                                 target.shown) from None
             time.sleep(0.02)
-    info = os.fstat(fd)
-    if not (stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)):
-        os.close(fd)  # it changed since we looked: never write a file in place
-        raise new_error(errno.EINVAL, "it changed while being opened", target.shown)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)):
+            # it changed since we looked: never write a regular file in place
+            raise new_error(errno.EAGAIN, "it changed while being opened; try again",
+                            target.shown)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except OSError as exc:
+        os.close(fd)
+        raise output_error(exc, target.shown) from exc
     return fd
 
 
@@ -146,7 +162,7 @@ def _open_folder(target: OutputTarget) -> int:
     except OSError as exc:
         os.close(folder_fd)
         raise output_error(exc, target.shown) from exc
-    if (now is None) != (target.existing is None) or (now and not stat.S_ISREG(now.st_mode)):
+    if now is not None and not stat.S_ISREG(now.st_mode):
         os.close(folder_fd)  # swapped for a link or another node since we resolved it
         raise new_error(errno.EAGAIN, "it changed while being opened; try again",
                         target.shown)
