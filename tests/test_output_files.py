@@ -531,3 +531,28 @@ def test_root_rewriting_a_users_file_keeps_its_owner(tmp_path):
         f.write("new")
     info = path.stat()
     assert (info.st_uid, info.st_gid) == (65534, 65534) and path.read_text() == "new"
+
+
+def test_legacy_profile_exports_check_paths_and_name_dev_full(tmp_path):
+    import warnings
+
+    import opscope
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        prof = opscope.autograd.profile(with_stack=True)
+    with prof:
+        _run_ops(3)
+    for method, where in ((prof.export_chrome_trace, "export_chrome_trace"),
+                          (prof.export_stacks, "export_stacks")):
+        for value, error in BAD_PATHS:
+            with pytest.raises(error, match=rf"^{where}: path"):
+                method(value)
+        with pytest.raises(IsADirectoryError):
+            method(tmp_path)
+    with pytest.raises(OSError) as info:
+        prof.export_chrome_trace("/dev/full")
+    assert_names_path(info.value, "/dev/full", errno.ENOSPC)
+    prof.export_chrome_trace(str(tmp_path / "ok.json"))  # what was recorded is kept
+    assert json.loads((tmp_path / "ok.json").read_text())
+    assert visible(tmp_path) == ["ok.json"]
