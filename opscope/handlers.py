@@ -15,18 +15,26 @@ import socket
 import time
 from typing import Callable, Optional
 
+from opscope.arguments import check_bool, check_path, check_type
+
 
 def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
                               use_gzip: bool = False) -> Callable:
     """Write each ready trace as ``{worker}.{time_ns}.pt.trace.json[.gz]`` in ``dir_name``.
 
     ``worker_name`` defaults to ``{hostname}_{pid}``. The folder is created on
-    the first trace; if that fails, the error names it.
+    the first trace; if that fails, the error names it. A bad ``dir_name``
+    (``''``, not a path, an existing file) fails here, at the call.
+
+    >>> tensorboard_trace_handler("")
+    Traceback (most recent call last):
+    ...
+    ValueError: tensorboard_trace_handler: dir_name must be a non-empty file path, got ''
     """
-    if not isinstance(dir_name, (str, os.PathLike)) or not str(dir_name):
-        raise ValueError(f"tensorboard_trace_handler: dir_name must be a folder path, "
-                         f"got {dir_name!r}")
-    folder = os.fspath(dir_name)
+    folder = _check_folder("tensorboard_trace_handler", dir_name)
+    check_type("tensorboard_trace_handler", "worker_name", worker_name, (str, type(None)),
+               "a str or None")
+    use_gzip = check_bool("tensorboard_trace_handler", "use_gzip", use_gzip)
 
     def handler(prof) -> None:
         nonlocal worker_name
@@ -51,9 +59,9 @@ def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable
     >>> callable(report_handler(tempfile.mkdtemp()))
     True
     """
-    if not isinstance(dir_name, (str, os.PathLike)) or not str(dir_name):
-        raise ValueError(f"report_handler: dir_name must be a folder path, got {dir_name!r}")
-    folder = os.fspath(dir_name)
+    folder = _check_folder("report_handler", dir_name)
+    check_type("report_handler", "worker_name", worker_name, (str, type(None)),
+               "a str or None")
 
     def handler(prof) -> None:
         _ensure_folder(folder)
@@ -61,6 +69,15 @@ def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable
         prof.export_report(os.path.join(folder, f"{worker}.{time.time_ns()}.report.html"))
 
     return handler
+
+
+def _check_folder(where: str, dir_name) -> str:
+    """``dir_name`` as a str: a path that is a folder or does not exist yet."""
+    folder = check_path(where, "dir_name", dir_name)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"{where}: dir_name {folder!r} exists and is not a folder; "
+                                 f"expected a folder for the trace files")
+    return folder
 
 
 def _ensure_folder(folder: str) -> None:

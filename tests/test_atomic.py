@@ -83,7 +83,7 @@ def test_failure_mid_write_keeps_old_file_and_removes_temp(tmp_path, name, error
 
 
 def test_failure_in_the_final_rename_removes_temp(tmp_path, monkeypatch):
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **kwargs):
         raise PermissionError(f"cannot replace {dst}")
 
     monkeypatch.setattr(atomic.os, "replace", failing_replace)

@@ -29,6 +29,7 @@ import json
 from typing import Iterable
 
 from opscope.export.atomic import PathLike, atomic_text_writer
+from opscope.export.output_path import check_output_path
 
 STACK_METRICS = ("self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total",
                  "self_privateuse1_time_total")
@@ -42,6 +43,7 @@ def _us(value: float) -> float:
 
 def write_legacy_trace(events: Iterable, path: PathLike) -> None:
     """Write ``events`` (FunctionEvents) as the legacy bare-array Chrome trace."""
+    path = check_output_path("export_chrome_trace", "path", path)
     with atomic_text_writer(path) as f:
         f.write("[")
         first = True
@@ -63,6 +65,7 @@ def write_legacy_stacks(events: Iterable, path: PathLike,
 
     ``metric`` is one of ``STACK_METRICS`` (device metrics are 0 on the CPU).
     """
+    path = check_output_path("export_stacks", "path", path)
     if metric not in STACK_METRICS:
         raise ValueError(f"export_stacks: metric must be one of {', '.join(STACK_METRICS)}; "
                          f"got {metric!r}")

@@ -12,10 +12,9 @@ Example::
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from opscope.export.atomic import check_output_folder
+from opscope.export.output_path import check_output_path
 
 
 class ExecutionTraceObserver:
@@ -57,15 +56,16 @@ class ExecutionTraceObserver:
 
         Returns ``self``. A second call while registered does nothing. Raises
         ``RuntimeError`` when the native observer cannot be built or another
-        observer is registered, and ``FileNotFoundError`` when the folder of
-        ``output_file_path`` does not exist.
+        observer is registered. A bad ``output_file_path`` fails here: TypeError
+        for a non-path, ValueError for ``''``, IsADirectoryError for a folder,
+        FileNotFoundError when its folder does not exist, and an ``OSError``
+        naming it when its temp file cannot be created (permission denied, a
+        read-only file system).
         """
+        path = check_output_path("ExecutionTraceObserver.register_callback",
+                                 "output_file_path", output_file_path)
         if self._registered:
             return self
-        if not isinstance(output_file_path, (str, os.PathLike)):
-            raise TypeError("ExecutionTraceObserver.register_callback: output_file_path must "
-                            f"be a str path, got {type(output_file_path).__name__}")
-        path = check_output_folder(output_file_path)
         from opscope.collect.execution_trace import NodeCollector
         from opscope.execution_trace.writer import ExecutionTraceWriter
 
@@ -114,7 +114,11 @@ class ExecutionTraceObserver:
             self._execution_trace_running = True
 
     def stop(self) -> None:
-        """Stop recording ops; what was recorded goes to the (unfinished) file."""
+        """Stop recording ops; what was recorded goes to the (unfinished) file.
+
+        A write error (a full disk) is raised here, once, naming the output
+        path; the temp file is removed and later calls write nothing.
+        """
         if not self._execution_trace_running:
             return
         self._execution_trace_running = False

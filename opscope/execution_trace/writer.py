@@ -25,6 +25,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from opscope.export.atomic import atomic_text_writer
+from opscope.export.output_path import check_output_path
 
 SCHEMA_VERSION = "1.1.1-chakra.0.0.4"
 ROOT_ID = 1
@@ -88,11 +89,17 @@ class ExecutionTraceWriter:
     The header is written when the writer is made (torch stamps ``time`` and
     ``start_ts`` at registration). ``abandon()`` removes the temp file and
     leaves ``path`` as it was. A ``path`` ending in ``.gz`` is gzip-compressed.
+
+    A write error (a full disk) is raised once, as an ``OSError`` naming
+    ``path``; the temp file is removed at once and ``failed`` holds the error,
+    so the later ``write_nodes``/``finish`` calls of a cleanup do nothing
+    instead of raising again.
     """
 
     def __init__(self, path: str):
-        self.path = path
-        self._context = atomic_text_writer(path)
+        self.path = check_output_path("ExecutionTraceWriter", "path", path)
+        self.failed: Optional[BaseException] = None
+        self._context = atomic_text_writer(self.path)
         self._out: Optional[Any] = self._context.__enter__()
         self._out.write(
             "{\n"
@@ -102,21 +109,35 @@ class ExecutionTraceWriter:
 
     def write_nodes(self, nodes: Iterable[tuple]) -> None:
         """Append nodes (each followed by a comma: the process node comes last)."""
+        if self.failed is not None:
+            return  # the error was raised already; the file will not be written
         out = self._require_open()
-        for node in nodes:
-            out.write(format_node(node))
-            out.write(",")
+        try:
+            for node in nodes:
+                out.write(format_node(node))
+                out.write(",")
+        except BaseException as exc:
+            self.failed = exc
+            self._close(exc)
+            raise
 
     def finish(self) -> None:
         """Write the process node and ``finish_ts``, then move the file into place."""
+        if self.failed is not None:
+            return
         out = self._require_open()
         try:
             out.write(format_node(process_node()))
             out.write(f'\n  ],\n  "finish_ts": {steady_ms()}\n}}')
         except BaseException as exc:
+            self.failed = exc
             self._close(exc)
             raise
-        self._close(None)
+        try:
+            self._close(None)
+        except BaseException as exc:
+            self.failed = exc
+            raise
 
     def abandon(self) -> None:
         """Drop everything written so far; ``path`` is left untouched."""

@@ -5,6 +5,13 @@ onto the target once everything is written, so a reader never sees half a
 file and a failure leaves neither a partial target nor the temp file behind.
 A path ending in ``.gz`` is gzip-compressed on the way.
 
+A node that is not a regular file is never replaced (see
+``opscope.export.output_path``): a symlink's target is written (atomically,
+in the target's folder), a FIFO or character device is written in place,
+and anything else is refused. Every error is an ``OSError`` whose filename
+is the path the caller gave, e.g. ``cannot write 'out.json': No space left
+on device``; the temp file is always removed.
+
 Example::
 
     >>> import os, tempfile
@@ -20,15 +27,25 @@ Example::
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import gzip
 import io
 import os
+import stat
+import time
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator, TextIO, Union
+from typing import BinaryIO, Iterator, List, TextIO, Tuple, Union
+
+from opscope.export.output_path import (OutputTarget, folder_problem, new_error, output_error,
+                                        resolve_output)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _BUFFER_BYTES = 1 << 20
+
+
+_FIFO_READER_WAIT_S = 2.0  # a FIFO with no reader: wait this long, then fail (never hang)
 
 
 def check_output_folder(path: PathLike) -> str:
@@ -43,25 +60,113 @@ def check_output_folder(path: PathLike) -> str:
     FileNotFoundError: cannot write '/no/such/folder/trace.json': the folder '/no/such/folder' does not exist
     """
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(
-            f"cannot write {path!r}: the folder {folder!r} does not exist")
+    problem = folder_problem(os.path.dirname(os.path.abspath(path)))
+    if problem is not None:
+        raise new_error(*problem, path)
     if os.path.isdir(path):
-        raise IsADirectoryError(f"cannot write {path!r}: it is a folder, expected a file path")
+        raise new_error(errno.EISDIR, "it is a folder, expected a file path", path)
     return path
 
 
-def _create_temp(path: str) -> tuple:
-    """Open a new temp file beside ``path``; returns (fd, temp path)."""
-    folder, base = os.path.split(os.path.abspath(path))
-    while True:
-        tmp = os.path.join(folder, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+class _RawOutput(io.FileIO):
+    """A FileIO whose write and close errors name the user's path, not the fd or temp."""
+
+    def __init__(self, fd: int, shown: str):
+        super().__init__(fd, "wb", closefd=True)
+        self._shown = shown
+
+    def write(self, data) -> int:  # type: ignore[override]
         try:
-            # 0o666 so the final file gets the usual umask-derived mode
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+            return super().write(data)
+        except OSError as exc:
+            raise output_error(exc, self._shown) from exc
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:
+            raise output_error(exc, self._shown) from exc
+
+
+def _create_temp(target: OutputTarget, folder_fd: int) -> Tuple[int, str]:
+    """Open a new temp file beside the target (in ``folder_fd``); (fd, temp name)."""
+    while True:
+        tmp = f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            # 0o666 so a new file gets the usual umask-derived mode
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                         | os.O_NOFOLLOW, 0o666, dir_fd=folder_fd)
         except FileExistsError:
             continue
+        if target.existing is not None:
+            _keep_owner_and_mode(fd, target.existing)
+        return fd, tmp
+
+
+def _keep_owner_and_mode(fd: int, existing: os.stat_result) -> None:
+    """Give the temp file the replaced file's permissions (and owner, as root).
+
+    A private (0600) file must stay private. Set-id bits are never copied:
+    root rewriting a user's file must not make a set-uid file it owns.
+    """
+    try:
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            os.fchown(fd, existing.st_uid, existing.st_gid)
+        os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
+    except OSError:  # a best effort: the content matters more than the mode
+        pass
+
+
+def _open_in_place(target: OutputTarget) -> int:
+    """Open a FIFO or character device for writing, without creating or truncating.
+
+    A FIFO nobody reads would block ``open`` forever, so it is opened
+    non-blocking and retried for a short while before failing with ENXIO.
+    """
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    deadline = time.monotonic() + _FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(target.target, flags)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise output_error(exc, target.shown) from exc
+            if time.monotonic() >= deadline:
+                raise new_error(errno.ENXIO, "no process is reading the FIFO",
+                                target.shown) from None
+            time.sleep(0.02)
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)):
+            # it changed since we looked: never write a regular file in place
+            raise new_error(errno.EAGAIN, "it changed while being opened; try again",
+                            target.shown)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except OSError as exc:
+        os.close(fd)
+        raise output_error(exc, target.shown) from exc
+    return fd
+
+
+def _open_folder(target: OutputTarget) -> int:
+    """The target's folder, held open so that every step below happens in it."""
+    try:
+        folder_fd = os.open(target.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise output_error(exc, target.shown) from exc
+    try:
+        now = os.stat(target.name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        now = None
+    except OSError as exc:
+        os.close(folder_fd)
+        raise output_error(exc, target.shown) from exc
+    if now is not None and not stat.S_ISREG(now.st_mode):
+        os.close(folder_fd)  # swapped for a link or another node since we resolved it
+        raise new_error(errno.EAGAIN, "it changed while being opened; try again",
+                        target.shown)
+    return folder_fd
 
 
 @contextmanager
@@ -86,8 +191,13 @@ def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
         text = io.TextIOWrapper(sink, encoding=encoding, newline="")
         try:
             yield text
-        finally:
-            text.detach()  # flushes into ``sink`` without closing it
+        except BaseException:
+            try:  # the data is thrown away below; only detach the wrapper
+                text.detach()
+            except Exception:
+                pass
+            raise
+        text.detach()  # flushes into ``sink`` without closing it
 
 
 @contextmanager
@@ -95,7 +205,9 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
                          fsync: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary stream whose content replaces ``path`` when the block ends.
 
-    Same contract as ``atomic_text_writer``, for bytes.
+    Same contract as ``atomic_text_writer``, for bytes. A FIFO or character
+    device at ``path`` is written in place instead (there is nothing to
+    replace atomically there).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
@@ -103,40 +215,72 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
     ...     _ = f.write(b"raw")
     >>> open(path, "rb").read()
     b'raw'
+    >>> with atomic_binary_writer("/dev/null") as f:
+    ...     _ = f.write(b"gone")
     """
     path = check_output_folder(path)
-    fd, tmp = _create_temp(path)
-    opened: list = []  # outermost last, for cleanup
+    target = resolve_output(path)
+    folder_fd, tmp = -1, None
+    if target.kind == "device":
+        fd = _open_in_place(target)
+    else:
+        folder_fd = _open_folder(target)
+        try:
+            fd, tmp = _create_temp(target, folder_fd)
+        except OSError as exc:
+            os.close(folder_fd)
+            raise output_error(exc, path) from exc
+    opened: List = []  # outermost last, for cleanup
+    in_body = False  # an OSError from the caller's own code is not relabelled
     try:
-        buffered = io.BufferedWriter(io.FileIO(fd, "wb", closefd=True), _BUFFER_BYTES)
+        raw = _RawOutput(fd, path)
+        opened.append(raw)
+        buffered = io.BufferedWriter(raw, _BUFFER_BYTES)
         opened.append(buffered)
         sink = buffered
         zipped = None
         if path.endswith(".gz"):
             # filename= keeps the temp name out of the gzip header
-            zipped = gzip.GzipFile(filename=os.path.basename(path), mode="wb",
+            zipped = gzip.GzipFile(filename=os.path.basename(target.target), mode="wb",
                                    fileobj=buffered, compresslevel=compresslevel)
             opened.append(zipped)
             sink = zipped
+        in_body = True
         yield sink
+        in_body = False
         if zipped is not None:
             opened.pop()
             zipped.close()  # writes the gzip trailer; leaves ``buffered`` open
         buffered.flush()
-        if fsync:
+        if fsync and tmp is not None:
             os.fsync(fd)
         buffered.close()
-        os.replace(tmp, path)
-    except BaseException:
+        if tmp is not None:
+            os.replace(tmp, target.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+            tmp = None
+    except BaseException as exc:
         if not opened:
-            os.close(fd)
+            _close_quietly(fd)
         for stream in reversed(opened):
             try:
-                stream.close()
+                stream.close()  # a second close of a closed stream does nothing
             except Exception:  # the original error matters, not this one
                 pass
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=folder_fd)
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and not in_body:
+            raise output_error(exc, path) from exc
         raise
+    finally:
+        if folder_fd >= 0:
+            os.close(folder_fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

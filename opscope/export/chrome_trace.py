@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any, Dict, List, Tuple
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from opscope.analysis.autograd_links import forward_ops
 from opscope.export.atomic import PathLike, atomic_binary_writer
+from opscope.export.output_path import check_output_path
 from opscope.export.json_rows import JsonRows, StringTable
 from opscope.model.records import (FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION,
                                     SCOPE_FUNCTION, SCOPE_USER)
@@ -188,6 +188,8 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
 
     The write is atomic; metadata that is not valid JSON raises ``ValueError``
     naming its key before anything is written. Returns the path as a string.
+    A bad ``path`` (``''``, not a path, a folder, no such folder) fails at the
+    call; a write error is an ``OSError`` naming ``path``.
 
     >>> import gzip, json, os, tempfile
     >>> from opscope.analysis.build import build_session
@@ -197,7 +199,7 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
     >>> "traceEvents" in json.load(gzip.open(path, "rt"))
     True
     """
-    path = os.fspath(path)
+    path = check_output_path("export_chrome_trace", "path", path)
     header = trace_header(session)
     with atomic_binary_writer(path) as f:
         f.write(b"{\n")

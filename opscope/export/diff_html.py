@@ -23,11 +23,11 @@ Example::
 from __future__ import annotations
 
 import html
-import os
 from typing import List, Sequence, Tuple
 
 from opscope.analysis.diff import DiffRow, SessionDiff
 from opscope.export.atomic import PathLike, atomic_text_writer
+from opscope.export.output_path import check_output_path
 from opscope.export.diff_text import change_mark, signed_percent, signed_time, summary_lines
 from opscope.export.table import format_time
 
@@ -146,7 +146,7 @@ def render_diff_html(diff: SessionDiff, *, names: Tuple[str, str] = ("A", "B"),
 def write_diff_html(diff: SessionDiff, path: PathLike, *, names: Tuple[str, str] = ("A", "B"),
                     title: str = "opscope diff") -> str:
     """Write the page to ``path`` atomically; returns the path."""
-    path = os.fspath(path)
+    path = check_output_path("write_diff_html", "path", path)
     with atomic_text_writer(path) as f:
         f.write(render_diff_html(diff, names=names, title=title))
     return path

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from typing import List, Sequence
 
 from opscope.analysis.memory_timeline import categorized_blocks, raw_timeline, timeline
 from opscope.export.atomic import atomic_text_writer
+from opscope.export.output_path import check_output_path
 from opscope.model.memory import CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 
@@ -39,7 +39,7 @@ COLORS = ("darkgreen", "goldenrod", "black", "mediumpurple", "red", "mediumblue"
 
 def write_memory_timeline(session: ProfileSession, path: str, device: str = "cpu") -> None:
     """Write the timeline of ``device`` to ``path``; the suffix picks the format."""
-    path = os.fspath(path)
+    path = check_output_path("export_memory_timeline", "path", path)
     blocks = categorized_blocks(session)
     if path.endswith(".html"):
         times, sizes = timeline(session, device, blocks)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from opscope.export.atomic import PathLike, atomic_text_writer
+from opscope.export.output_path import check_output_path
 from opscope.model.session import ProfileSession
 
 CPU_METRICS = ("self_cpu_time_total",)
@@ -82,6 +83,7 @@ def write_stacks(session: ProfileSession, path: PathLike,
     ``"self_cuda_time_total"`` / ``"self_device_time_total"`` (an empty file on a
     CPU-only session). Paths whose total is under 1 us are left out.
     """
+    path = check_output_path("export_stacks", "path", path)
     totals = collapsed_stacks(session, metric)
     with atomic_text_writer(path) as f:
         lines: List[str] = []

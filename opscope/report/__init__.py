@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Optional
 
 from opscope.export.atomic import PathLike, atomic_text_writer
+from opscope.export.output_path import check_output_path
 from opscope.model.session import ProfileSession
 from opscope.report.data import report_data
 from opscope.report.page import render_html
@@ -33,8 +34,9 @@ def write_report(session: ProfileSession, path: PathLike, *,
     """Write the HTML report of ``session`` to ``path`` (atomically).
 
     ``title`` defaults to the session's trace name. Raises ``FileNotFoundError``
-    when the folder of ``path`` does not exist.
+    when the folder of ``path`` does not exist; a bad ``path`` fails before any work.
     """
+    path = check_output_path("export_report", "path", path)
     page = render_html(report_data(session, title=title))
     with atomic_text_writer(path) as f:
         f.write(page)
