@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Iterable
 
 from opscope.analysis.aggregate import total_average
+from opscope.arguments import check_bool, check_int
 from opscope.model.function_event import FunctionEventAvg
 
 DATAFRAME_COLUMNS = (
@@ -33,14 +34,25 @@ class EventList(list):
     def __init__(self, events: Iterable = (), *, profile_memory: bool = False,
                  with_flops: bool = False, with_overload_name: bool = False):
         super().__init__(events)
-        self._profile_memory = profile_memory
-        self._with_flops = with_flops
-        self._with_overload_name = with_overload_name
+        self._profile_memory = check_bool("EventList", "profile_memory", profile_memory)
+        self._with_flops = check_bool("EventList", "with_flops", with_flops)
+        self._with_overload_name = check_bool("EventList", "with_overload_name",
+                                              with_overload_name)
 
     def table(self, sort_by=None, row_limit=100, max_src_column_width=75,
               max_name_column_width=55, max_shapes_column_width=80, header=None,
               top_level_events_only=False, time_unit=None) -> str:
-        """torch.profiler's text table of these rows. See ``export.table.format_table``."""
+        """torch.profiler's text table of these rows. See ``export.table.format_table``.
+
+        Arguments are checked at the call, as torch names them: ``sort_by`` None
+        or a sort key, ``row_limit`` >= -1 (-1: every row), widths ints,
+        ``header`` None or a str, ``time_unit`` None, "s", "ms" or "us".
+
+        >>> EventList([]).table(row_limit="all")
+        Traceback (most recent call last):
+        ...
+        TypeError: table: row_limit must be an int, got str 'all'
+        """
         from opscope.export.table import format_table
 
         return format_table(
@@ -57,7 +69,19 @@ class EventList(list):
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
                      group_by_overload_name: bool = False) -> "EventList":
-        """Group these events by key (and shapes, stack, overload name)."""
+        """Group these events by key (and shapes, stack, overload name).
+
+        >>> EventList([]).key_averages(group_by_stack_n=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: key_averages: group_by_stack_n must be >= 0, got -1
+        """
+        group_by_input_shape = check_bool("key_averages", "group_by_input_shape",
+                                          group_by_input_shape)
+        group_by_stack_n = check_int("key_averages", "group_by_stack_n", group_by_stack_n,
+                                     minimum=0)
+        group_by_overload_name = check_bool("key_averages", "group_by_overload_name",
+                                            group_by_overload_name)
         groups: "OrderedDict[tuple, FunctionEventAvg]" = OrderedDict()
         for ev in self:
             key = (ev.key, getattr(ev, "is_user_annotation", False))
@@ -109,7 +133,7 @@ class ModuleList(list):
 
     def __init__(self, rows: Iterable = (), *, with_flops: bool = False):
         super().__init__(rows)
-        self._with_flops = with_flops
+        self._with_flops = check_bool("ModuleList", "with_flops", with_flops)
 
     def table(self, sort_by=None, row_limit=-1, time_unit=None,
               max_name_column_width=60) -> str:
@@ -118,7 +142,7 @@ class ModuleList(list):
 
         return format_module_table(self, sort_by=sort_by, row_limit=row_limit,
                                    time_unit=time_unit, with_flops=self._with_flops,
-                                   max_name_column_width=max_name_column_width)
+                                   max_name_column_width=max_name_column_width, where="table")
 
     def __str__(self) -> str:
         return self.table()

@@ -32,6 +32,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Tuple
 
+from opscope.arguments import check_name
 from opscope.record_function import recording_collector
 
 # (collector, collector-clock ns, OS thread id, message) per mark while recording
@@ -68,9 +69,8 @@ def is_available() -> bool:
 
 
 def _check_message(function: str, msg: Any) -> str:
-    if not isinstance(msg, str):
-        raise TypeError(f"opscope.itt.{function}: msg must be a str, got {type(msg).__name__}")
-    return msg
+    """``msg`` when it is a str that can be recorded exactly (no NUL, no lone surrogate)."""
+    return check_name(f"opscope.itt.{function}", "msg", msg)
 
 
 def _open_ranges() -> list:
@@ -133,8 +133,14 @@ def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 
 
     >>> with range("epoch {}", 3):
     ...     pass
+    >>> with range("epoch {}", "\\x00"):
+    ...     pass
+    Traceback (most recent call last):
+    ...
+    ValueError: opscope.itt.range: msg must not contain a NUL character, got 'epoch \\x00'
     """
-    range_push(msg.format(*args, **kwargs) if args or kwargs else msg)
+    _check_message("range", msg)
+    range_push(_check_message("range", msg.format(*args, **kwargs)) if args or kwargs else msg)
     try:
         yield
     finally:

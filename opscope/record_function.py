@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
+from opscope.arguments import check_callable, check_name
+
 
 # The collector of the running opscope profiler, or None. Only opscope.profile
 # sets it (through set_recording_collector); a module global is the cheapest
@@ -38,20 +40,36 @@ def recording_collector() -> Any:
     return _collector
 
 
+def _checked_name(argument: str, value: Any) -> str:
+    """``value`` when it can be recorded exactly; else the error of ``check_name``.
+
+    The common case (plain ASCII, no NUL) costs two str methods, so the
+    idle path stays cheap; anything else takes the full check.
+    """
+    if type(value) is str and value.isascii() and "\x00" not in value:
+        return value
+    return check_name("record_function", argument, value)
+
+
 class record_function:
     """A named range in the profile, as ``torch.profiler.record_function``.
 
-    ``args`` is accepted for compatibility (torch attaches it to the range).
+    ``name`` (and ``args``, kept for compatibility: torch attaches it to the
+    range) must be a str without NUL or lone surrogate, checked at the call
+    whether or not a profiler records: such a name could not be written exactly.
+
+    >>> record_function("a\\x00b")
+    Traceback (most recent call last):
+    ...
+    ValueError: record_function: name must not contain a NUL character, got 'a\\x00b'
     """
 
     __slots__ = ("name", "args", "_handle")
 
     def __init__(self, name: str, args: Optional[str] = None):
-        self.name = name
-        self.args = args
+        self.name = _checked_name("name", name)
+        self.args = None if args is None else _checked_name("args", args)
         self._handle = None  # (collector, range handle) while open
-        if type(name) is not str and not isinstance(name, str):
-            raise TypeError(f"record_function: name must be a str, got {type(name).__name__}")
 
     def __enter__(self) -> "record_function":
         if _collector is not None:
@@ -67,6 +85,7 @@ class record_function:
 
     def __call__(self, fn):
         """Use as a decorator: each call of ``fn`` is one range (re-entrant)."""
+        check_callable("record_function", "the decorated object", fn, optional=False)
         name, args = self.name, self.args
 
         @functools.wraps(fn)

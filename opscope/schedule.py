@@ -18,6 +18,8 @@ import warnings
 from enum import Enum
 from typing import Callable, Dict, List, Optional, Tuple
 
+from opscope.arguments import check_int
+
 
 class ProfilerAction(Enum):
     """What the profiler does during a step."""
@@ -39,33 +41,42 @@ def as_action(value) -> ProfilerAction:
 
 
 def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0,
-             skip_first: int = 0) -> Callable[[int], ProfilerAction]:
+             skip_first: int = 0, skip_first_wait: int = 0) -> Callable[[int], ProfilerAction]:
     """Skip ``skip_first`` steps, then cycle wait -> warmup -> active.
 
     ``repeat`` cycles in all (0: keep cycling). The last active step of a cycle
-    is RECORD_AND_SAVE, which hands the trace to ``on_trace_ready``.
+    is RECORD_AND_SAVE, which hands the trace to ``on_trace_ready``. A non-zero
+    ``skip_first_wait`` drops the wait phase of the first cycle only (torch's
+    flag). Every count is an int; ``active`` >= 1, the others >= 0.
 
     >>> schedule(wait=0, warmup=1, active=1, skip_first=1)(0).name
     'NONE'
+    >>> [schedule(wait=2, warmup=1, active=1, skip_first_wait=1)(i).name for i in range(3)]
+    ['WARMUP', 'RECORD_AND_SAVE', 'NONE']
+    >>> schedule(wait=1, warmup=1, active=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: schedule: active must be >= 1, got 0
     """
-    for arg, value in (("wait", wait), ("warmup", warmup), ("active", active),
-                       ("repeat", repeat), ("skip_first", skip_first)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"schedule(): {arg} must be an int, got {value!r}")
-        if value < 0:
-            raise ValueError(f"schedule(): {arg} must be >= 0, got {value}")
-    if active < 1:
-        raise ValueError(f"schedule(): active must be >= 1, got {active}")
+    wait = check_int("schedule", "wait", wait, minimum=0)
+    warmup = check_int("schedule", "warmup", warmup, minimum=0)
+    active = check_int("schedule", "active", active, minimum=1)
+    repeat = check_int("schedule", "repeat", repeat, minimum=0)
+    skip_first = check_int("schedule", "skip_first", skip_first, minimum=0)
+    # torch reads skip_first_wait as a flag typed int; True/False are accepted too.
+    if not isinstance(skip_first_wait, bool):
+        skip_first_wait = check_int("schedule", "skip_first_wait", skip_first_wait, minimum=0)
+    shift = wait if skip_first_wait else 0
     if warmup == 0:
-        warnings.warn("Profiler won't be using warmup, this can skew profiler results")
+        warnings.warn("Profiler won't be using warmup, this can skew profiler results",
+                      stacklevel=2)
     cycle = wait + warmup + active
 
     def action_at(step: int) -> ProfilerAction:
-        if step < 0:
-            raise ValueError(f"schedule: step must be >= 0, got {step}")
+        step = check_int("schedule", "step", step, minimum=0)
         if step < skip_first:
             return ProfilerAction.NONE
-        step -= skip_first
+        step = step - skip_first + shift
         if repeat > 0 and step >= repeat * cycle:
             return ProfilerAction.NONE
         pos = step % cycle

@@ -33,7 +33,9 @@ from typing import Any, Optional
 
 from opscope.activity import ProfilerActivity
 from opscope.analysis.function_events import function_events
-from opscope.autograd.legacy_export import write_legacy_stacks, write_legacy_trace
+from opscope.arguments import check_bool, check_choice, check_int, check_path
+from opscope.autograd.legacy_export import (STACK_METRICS, write_legacy_stacks,
+                                            write_legacy_trace)
 from opscope.event_list import EventList
 
 MEMORY_EVENT_NAME = "[memory]"
@@ -57,22 +59,33 @@ class profile:
     Arguments are those of ``torch.autograd.profiler_legacy.profile``.
     ``enabled=False`` makes it do nothing (``with`` then binds ``None``, as in
     torch). A profiler runs once: entering it again raises ``RuntimeError``.
+    Every flag must be a bool (checked before anything else happens).
+
+    >>> profile(record_shapes="yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: opscope.autograd.profile: record_shapes must be a bool, got str 'yes'
     """
 
     def __init__(self, enabled: bool = True, *, use_cuda: bool = False,
                  record_shapes: bool = False, with_flops: bool = False,
                  profile_memory: bool = False, with_stack: bool = False,
                  with_modules: bool = False):
+        where = "opscope.autograd.profile"
+        flags = {name: check_bool(where, name, value) for name, value in (
+            ("enabled", enabled), ("use_cuda", use_cuda), ("record_shapes", record_shapes),
+            ("with_flops", with_flops), ("profile_memory", profile_memory),
+            ("with_stack", with_stack), ("with_modules", with_modules))}
         warnings.warn(DEPRECATION, FutureWarning, stacklevel=2)
-        self.enabled = bool(enabled)
+        self.enabled = flags["enabled"]
         self.function_events: Optional[EventList] = None
         self.entered = False
-        self.use_cuda = bool(use_cuda)
-        self.with_flops = bool(with_flops)
-        self.record_shapes = bool(record_shapes) or self.with_flops  # FLOPs need shapes
-        self.profile_memory = bool(profile_memory)
-        self.with_stack = bool(with_stack)
-        self.with_modules = bool(with_modules)
+        self.use_cuda = flags["use_cuda"]
+        self.with_flops = flags["with_flops"]
+        self.record_shapes = flags["record_shapes"] or self.with_flops  # FLOPs need shapes
+        self.profile_memory = flags["profile_memory"]
+        self.with_stack = flags["with_stack"]
+        self.with_modules = flags["with_modules"]
         self._profiler: Any = None
         if self.enabled and self.use_cuda and not _cuda_available():
             warnings.warn("CUDA is not available, disabling CUDA profiling", stacklevel=2)
@@ -131,7 +144,17 @@ class profile:
     def table(self, sort_by=None, row_limit=100, max_src_column_width=75,
               max_name_column_width=55, max_shapes_column_width=80, header=None,
               top_level_events_only=False) -> str:
-        """torch's text table of the recorded events (see ``EventList.table``)."""
+        """torch's text table of the recorded events (see ``EventList.table``).
+
+        Arguments are checked before the profiler is asked for its results.
+        """
+        from opscope.export.table import check_table_arguments
+
+        check_table_arguments(sort_by=sort_by, row_limit=row_limit,
+                              max_src_column_width=max_src_column_width,
+                              max_name_column_width=max_name_column_width,
+                              max_shapes_column_width=max_shapes_column_width, header=header,
+                              top_level_events_only=top_level_events_only)
         return self._finished().table(
             sort_by=sort_by, row_limit=row_limit, max_src_column_width=max_src_column_width,
             max_name_column_width=max_name_column_width,
@@ -140,10 +163,13 @@ class profile:
 
     def export_chrome_trace(self, path) -> None:
         """Write the legacy Chrome trace: a bare JSON array of ``X`` events."""
+        path = check_path("export_chrome_trace", "path", path)
         write_legacy_trace(self._finished(), path)
 
     def export_stacks(self, path, metric: str = "self_cpu_time_total") -> None:
         """Write one collapsed-stack line per event that has a Python stack."""
+        path = check_path("export_stacks", "path", path)
+        check_choice("export_stacks", "metric", metric, STACK_METRICS)
         events = self._finished()
         if not self.with_stack:
             raise RuntimeError("export_stacks() requires with_stack=True: create the profiler "
@@ -152,7 +178,15 @@ class profile:
 
     def key_averages(self, group_by_input_shape: bool = False,
                      group_by_stack_n: int = 0) -> EventList:
-        """Events averaged by name (and optionally input shapes or top stack frames)."""
+        """Events averaged by name (and optionally input shapes or top stack frames).
+
+        Arguments are checked first: ``group_by_input_shape`` a bool,
+        ``group_by_stack_n`` an int >= 0.
+        """
+        group_by_input_shape = check_bool("key_averages", "group_by_input_shape",
+                                          group_by_input_shape)
+        group_by_stack_n = check_int("key_averages", "group_by_stack_n", group_by_stack_n,
+                                     minimum=0)
         return self._finished().key_averages(group_by_input_shape, group_by_stack_n)
 
     def total_average(self):

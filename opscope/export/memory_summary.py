@@ -12,12 +12,16 @@ from __future__ import annotations
 from typing import List
 
 from opscope.analysis.memory_summary import MemorySummary, summarize_memory
+from opscope.arguments import check_int, check_type
 from opscope.export.table import format_memory
 from opscope.model.memory import CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 
 
 def render_memory_summary(summary: MemorySummary) -> str:
+    """The summary as lines of text: peak, peak per step, largest self allocations."""
+    check_type("render_memory_summary", "summary", summary, MemorySummary,
+               "a MemorySummary")
     lines: List[str] = [f"Peak memory held: {format_memory(summary.peak)}"]
     if summary.step_peaks:
         lines += ["", "Peak per step:"]
@@ -34,4 +38,13 @@ def render_memory_summary(summary: MemorySummary) -> str:
 
 
 def format_memory_summary(session: ProfileSession, top: int = 10) -> str:
+    """The memory summary of ``session`` with its ``top`` (an int >= 0) largest ops.
+
+    >>> format_memory_summary(None, top=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: memory_summary: top must be >= 0, got -1
+    """
+    top = check_int("memory_summary", "top", top, minimum=0)
+    check_type("memory_summary", "session", session, ProfileSession, "a ProfileSession")
     return render_memory_summary(summarize_memory(session, top=top))

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from opscope.export.table import (FLOP_RATE_UNITS, US_PER_UNIT, flop_rate, flops_scale,
+from opscope.arguments import check_bool, check_int, check_type
+from opscope.export.table import (FLOP_RATE_UNITS, check_row_limit, check_sort_key,
+                                  check_time_unit, flop_rate, flops_scale,
                                   format_memory, format_time, format_time_share)
 
 SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "forward_time_total",
@@ -35,6 +37,8 @@ SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "forward_time_total",
 INDENT = "  "
 COLUMN_GAP = 2
 WIDTH = 12
+# A long label is cut to (width - 6) characters + "...": below 7 none would be left.
+MIN_NAME_WIDTH = 7
 
 
 def _tree_order(rows: Sequence, sort_by: Optional[str]) -> List[int]:
@@ -64,18 +68,30 @@ def _cell(text, width: int, align: str) -> str:
 
 def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_limit: int = -1,
                         time_unit: Optional[str] = None, with_flops: bool = False,
-                        max_name_column_width: int = 60) -> str:
+                        max_name_column_width: int = 60, where: str = "module_table") -> str:
     """Render module rows as an indented tree table ('' for no rows).
 
     ``sort_by`` (one of ``SORT_KEYS``) orders siblings, largest first; the tree
-    shape is kept. ``row_limit`` caps the lines shown (-1: all).
+    shape is kept. ``row_limit`` caps the lines shown (-1: all, 0: none).
+    ``where`` names the caller in argument errors.
+
+    >>> format_module_table([], row_limit=-2)
+    Traceback (most recent call last):
+    ...
+    ValueError: module_table: row_limit must be >= -1, got -2
     """
-    if sort_by is not None and sort_by not in SORT_KEYS:
-        raise ValueError(f"sort_by={sort_by!r} is not a module table column; "
-                         f"expected one of: {', '.join(SORT_KEYS)}")
-    if time_unit is not None and time_unit not in US_PER_UNIT:
-        raise ValueError(f"time_unit must be one of None, 's', 'ms', 'us'; got {time_unit!r}")
-    rows = list(rows)
+    check_type("format_module_table", "where", where, str, "a str")
+    check_sort_key(where, sort_by, SORT_KEYS, "a module table column")
+    row_limit = check_row_limit(where, row_limit)
+    check_time_unit(where, time_unit)
+    with_flops = check_bool(where, "with_flops", with_flops)
+    max_name_column_width = check_int(where, "max_name_column_width", max_name_column_width,
+                                      minimum=MIN_NAME_WIDTH)
+    try:
+        rows = list(rows)
+    except TypeError:
+        raise TypeError(f"{where}: rows must be an iterable of module rows, "
+                        f"got {type(rows).__name__}") from None
     if not rows:
         return ""
     order = _tree_order(rows, sort_by)

@@ -21,7 +21,9 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
+
+from opscope.arguments import check_bool, check_choice, check_int, check_type
 
 US_PER_UNIT = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}
 BYTES_PER_UNIT = (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024))
@@ -33,6 +35,9 @@ DEVICE_KINDS = ("CUDA", "PrivateUse1", "MTIA", "XPU")
 TOP_LEVEL_NOTE = "This report only display top-level ops statistics"
 COLUMN_GAP = 2
 DEFAULT_WIDTH = 12
+TIME_UNITS = (None, "s", "ms", "us")
+# A name is cut to (width - 3) characters + "...": below 4 no character would be left.
+MIN_NAME_WIDTH = 4
 
 
 def valid_sort_keys() -> Tuple[str, ...]:
@@ -91,10 +96,78 @@ def _attr(evt, name: str, default=0):
     return default if value is None else value
 
 
+def check_sort_key(where: str, sort_by: Any, keys: Sequence[str], what: str) -> Optional[str]:
+    """``sort_by`` when it is None or one of ``keys``; else an error listing them.
+
+    >>> check_sort_key("table", "speed", ("count",), "a sortable attribute")
+    Traceback (most recent call last):
+    ...
+    ValueError: table: sort_by='speed' is not a sortable attribute; expected one of: count
+    """
+    if sort_by is None:
+        return None
+    check_type(where, "sort_by", sort_by, str, "a str or None")
+    if sort_by not in keys:
+        raise ValueError(f"{where}: sort_by={sort_by!r} is not {what}; "
+                         f"expected one of: {', '.join(keys)}")
+    return sort_by
+
+
+def check_width(where: str, name: str, value: Any, minimum: int = 1) -> Optional[int]:
+    """A column width: None (no limit) or an int >= ``minimum``.
+
+    >>> check_width("table", "max_name_column_width", -3, minimum=4)
+    Traceback (most recent call last):
+    ...
+    ValueError: table: max_name_column_width must be >= 4, got -3
+    """
+    return None if value is None else check_int(where, name, value, minimum=minimum)
+
+
+def check_row_limit(where: str, row_limit: Any) -> int:
+    """``row_limit`` as torch reads it: -1 shows every row, 0 none, n at most n.
+
+    >>> check_row_limit("table", -2)
+    Traceback (most recent call last):
+    ...
+    ValueError: table: row_limit must be >= -1, got -2
+    """
+    return check_int(where, "row_limit", row_limit, minimum=-1)
+
+
+def check_time_unit(where: str, time_unit: Any) -> Optional[str]:
+    """``time_unit``: None (each cell picks its unit) or one of 's', 'ms', 'us'."""
+    return check_choice(where, "time_unit", time_unit, TIME_UNITS)
+
+
+def check_table_arguments(*, sort_by=None, row_limit=100, max_src_column_width=75,
+                          max_name_column_width=55, max_shapes_column_width=80, header=None,
+                          top_level_events_only=False, time_unit=None,
+                          where: str = "table") -> None:
+    """Check the arguments of ``table()`` as torch names them; raise naming the bad one.
+
+    ``sort_by`` None or one of ``valid_sort_keys()``; ``row_limit`` an int >= -1;
+    widths None or ints (names need ``MIN_NAME_WIDTH``); ``header`` None or a str;
+    ``top_level_events_only`` a bool; ``time_unit`` one of ``TIME_UNITS``.
+
+    >>> check_table_arguments(row_limit=-1, sort_by="self_cpu_time_total", time_unit="ms")
+    >>> check_table_arguments(header=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: table: header must be a str or None, got int 3
+    """
+    check_sort_key(where, sort_by, valid_sort_keys(), "a sortable attribute")
+    check_row_limit(where, row_limit)
+    check_width(where, "max_src_column_width", max_src_column_width)
+    check_width(where, "max_name_column_width", max_name_column_width, MIN_NAME_WIDTH)
+    check_width(where, "max_shapes_column_width", max_shapes_column_width)
+    if header is not None:
+        check_type(where, "header", header, str, "a str or None")
+    check_bool(where, "top_level_events_only", top_level_events_only)
+    check_time_unit(where, time_unit)
+
+
 def _sort_attribute(sort_by: str) -> str:
-    if sort_by not in valid_sort_keys():
-        raise ValueError(f"sort_by={sort_by!r} is not a sortable attribute; "
-                         f"expected one of: {', '.join(valid_sort_keys())}")
     for alias in DEVICE_ALIASES:
         sort_by = sort_by.replace(alias, "device")
     return sort_by
@@ -213,11 +286,27 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
     >>> format_table(rows, sort_by="speed")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: sort_by='speed' is not a sortable attribute; expected one of: cpu_time, ...
+    ValueError: table: sort_by='speed' is not a sortable attribute; expected one of: cpu_time, ...
+    >>> format_table(rows, max_name_column_width=-3)
+    Traceback (most recent call last):
+    ...
+    ValueError: table: max_name_column_width must be >= 4, got -3
     """
-    if time_unit is not None and time_unit not in US_PER_UNIT:
-        raise ValueError(f"time_unit must be one of None, 's', 'ms', 'us'; got {time_unit!r}")
-    events = list(events)
+    check_table_arguments(sort_by=sort_by, row_limit=row_limit,
+                          max_src_column_width=max_src_column_width,
+                          max_name_column_width=max_name_column_width,
+                          max_shapes_column_width=max_shapes_column_width, header=header,
+                          top_level_events_only=top_level_events_only, time_unit=time_unit)
+    for flag, value in (("profile_memory", profile_memory), ("with_flops", with_flops),
+                        ("with_overload_name", with_overload_name),
+                        ("flop_rate_column", flop_rate_column)):
+        check_bool("table", flag, value)
+    row_limit = int(row_limit)
+    try:
+        events = list(events)
+    except TypeError:
+        raise TypeError(f"table: events must be an iterable of events or rows, "
+                        f"got {type(events).__name__}") from None
     if sort_by is not None:
         attribute = _sort_attribute(sort_by)
         events = sorted(events, key=lambda e: _attr(e, attribute), reverse=True)

@@ -164,7 +164,16 @@ class FunctionEventAvg(_CpuEventFields):
         return 0.0
 
     def add(self, other) -> "FunctionEventAvg":
-        """Accumulate a FunctionEvent or FunctionEventAvg, as torch's ``add`` does."""
+        """Accumulate a FunctionEvent or FunctionEventAvg, as torch's ``add`` does.
+
+        >>> FunctionEventAvg().add(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: FunctionEventAvg.add: other must be a FunctionEvent or FunctionEventAvg, got int 3
+        """
+        if not isinstance(other, (FunctionEvent, FunctionEventAvg)):
+            raise TypeError("FunctionEventAvg.add: other must be a FunctionEvent or "
+                            f"FunctionEventAvg, got {type(other).__name__} {other!r:.60}")
         if self.count == 0 and not self.key:
             self.key = other.key
             self.input_shapes = other.input_shapes
