@@ -124,6 +124,11 @@ class profile:
     ...         p.step()
     >>> p.step_num
     3
+
+    Faults keep what was recorded: a failing ``on_trace_ready`` or execution
+    trace raises after the session is built, and ``key_averages()`` and the
+    exports still work. After ``os.fork()`` the child records nothing into its
+    copy of the parent's profile (it is freed) and may start its own profiler.
     """
 
     def __init__(self, *, activities: Optional[Iterable[ProfilerActivity]] = None,
