@@ -22,7 +22,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activities
-from opscope.arguments import check_bool, check_callable, check_choice, check_int, check_name
+from opscope.arguments import check_bool, check_callable, check_int, check_name
 from opscope.arguments import check_path
 from opscope.analysis.aggregate import session_key_averages
 from opscope.analysis.aggregate import total_average
@@ -416,7 +416,8 @@ class profile:
         group_by_stack_n = check_int(where, "group_by_stack_n", group_by_stack_n, minimum=0)
         group_by_overload_name = check_bool(where, "group_by_overload_name",
                                             group_by_overload_name)
-        check_choice(where, "group_by", group_by, (None, "module"))
+        if group_by is not None and not (isinstance(group_by, str) and group_by == "module"):
+            raise ValueError(f"{where}: group_by must be None or 'module', got {group_by!r}")
         if group_by is not None:
             return self._module_averages(group_by)
         if group_by_overload_name:

@@ -444,8 +444,8 @@ def finished():
     (dict(group_by_stack_n="5"), TypeError, "group_by_stack_n must be an int"),
     (dict(group_by_stack_n=True), TypeError, "group_by_stack_n must be an int"),
     (dict(group_by_overload_name=None), TypeError, "group_by_overload_name must be a bool"),
-    (dict(group_by="name"), ValueError, "group_by must be one of None, 'module'"),
-    (dict(group_by=["module"]), ValueError, "group_by must be one of None, 'module'"),
+    (dict(group_by="name"), ValueError, "group_by must be None or 'module'"),
+    (dict(group_by=["module"]), ValueError, "group_by must be None or 'module'"),
 ])
 def test_key_averages_arguments_are_checked(finished, kwargs, error, words):
     with pytest.raises(error, match=f"key_averages: {words}"):
