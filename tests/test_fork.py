@@ -41,8 +41,9 @@ FORK_WHILE_RECORDING = """
     import opscope
     from opscope.record_function import recording_collector
 
-    prof = opscope.profile(record_shapes=True)
+    prof = opscope.profile(record_shapes=True, profile_memory=True, with_modules=True)
     prof.start()
+    torch.nn.Linear(2, 2)(torch.ones(1, 2))
     x = torch.ones(4)
     for _ in range(20_000):
         x = x.add(1)
@@ -52,8 +53,17 @@ FORK_WHILE_RECORDING = """
         if pid == 0:
             os.close(read_end)
             try:
+                from torch.nn.modules import module as nn_module
+                from opscope.collect.module_hooks import installed_hooks
+                from torch.optim import optimizer as optim_module
+                from opscope.collect.memory_hooks import TensorSightings
+                memory_hooks = [
+                    h for h in list(nn_module._global_forward_pre_hooks.values())
+                    + list(optim_module._global_optimizer_post_hooks.values())
+                    if isinstance(getattr(h, "__self__", None), TensorSightings)]
                 child = {"recording": prof._collector.is_recording(),
-                         "wired": recording_collector() is not None}
+                         "wired": recording_collector() is not None,
+                         "hooks": len(installed_hooks()) + len(memory_hooks)}
                 if prof._collector.name == "native":
                     from opscope.collect.native_build import load_native
                     child["native_recording"] = load_native().is_recording()
@@ -100,6 +110,7 @@ def test_fork_child_stops_recording_and_profiles_itself(collector):
     assert child is not None, "the child wrote nothing"
     assert child["recording"] is False
     assert child["wired"] is False
+    assert child["hooks"] == 0  # with_modules and profile_memory hooks gone too
     if collector == "native":
         assert child["native_recording"] is False
         # 20k records were 3 chunks; only the one holding the open "forking" range stays
@@ -113,6 +124,7 @@ def test_fork_child_stops_recording_and_profiles_itself(collector):
     assert parent["aten::sub"] == 1_000  # after it
     assert parent["forking"] == 1
     assert "aten::mul" not in parent
+    assert parent["aten::linear" if collector == "native" else "aten::addmm"] == 1
 
 
 DATALOADER = """
