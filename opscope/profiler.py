@@ -259,7 +259,10 @@ class profile:
                 self._start_trace()
             elif name in ("stop", "ready"):
                 try:
-                    self._stop_trace() if name == "stop" else self._trace_ready()
+                    if name == "stop":
+                        self._stop_trace()
+                    else:
+                        self._trace_ready()
                 except Exception as e:
                     if failure is None:
                         failure = e
