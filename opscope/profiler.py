@@ -22,6 +22,8 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activities
+from opscope.arguments import check_bool, check_callable, check_int, check_name
+from opscope.arguments import check_path
 from opscope.analysis.aggregate import session_key_averages
 from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
@@ -56,6 +58,50 @@ def _release(prof: "profile") -> None:
             _active = None
 
 
+def _forget_parent_profiler() -> None:
+    """In a forked child: stop recording into the parent's copy and free it.
+
+    Runs right after ``os.fork()`` (and multiprocessing's fork start method),
+    when the child has a single thread. A lock another parent thread held at
+    the fork stays locked forever in the child, so the lock is replaced, not
+    taken. The child can then start a profiler of its own.
+    """
+    global _active, _active_lock
+    _active_lock = threading.Lock()
+    prof, _active = _active, None
+    set_recording_collector(None)
+    if prof is not None:
+        try:
+            prof._detach_after_fork()
+        except Exception as e:  # never break the child over a recording it does not own
+            warnings.warn(f"opscope: could not drop the parent's recording after fork: {e}",
+                          RuntimeWarning)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_profiler)
+
+
+def _check_execution_trace_observer(value: Any) -> Any:
+    from opscope.execution_trace import ExecutionTraceObserver
+
+    if value is not None and not isinstance(value, ExecutionTraceObserver):
+        raise TypeError("profile: execution_trace_observer must be an "
+                        "opscope.ExecutionTraceObserver or None, got "
+                        f"{type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _check_experimental_config(value: Any) -> Any:
+    from torch._C._profiler import _ExperimentalConfig
+
+    if value is not None and not isinstance(value, _ExperimentalConfig):
+        raise TypeError("profile: experimental_config must be a "
+                        "torch.profiler._ExperimentalConfig or None, got "
+                        f"{type(value).__name__} {value!r:.60}")
+    return value
+
+
 def _validate_json(key: str, value: str) -> str:
     """Fail where bad metadata is given, not later at export."""
     from opscope.export.chrome_trace import validate_metadata_json
@@ -78,6 +124,11 @@ class profile:
     ...         p.step()
     >>> p.step_num
     3
+
+    Faults keep what was recorded: a failing ``on_trace_ready`` or execution
+    trace raises after the session is built, and ``key_averages()`` and the
+    exports still work. After ``os.fork()`` the child records nothing into its
+    copy of the parent's profile (it is freed) and may start its own profiler.
     """
 
     def __init__(self, *, activities: Optional[Iterable[ProfilerActivity]] = None,
@@ -88,17 +139,16 @@ class profile:
                  with_modules: bool = False, experimental_config: Any = None,
                  execution_trace_observer: Any = None, use_cuda: Optional[bool] = None):
         self.activities = resolve_activities(activities, use_cuda)
-        if schedule is not None and not callable(schedule):
-            raise TypeError(f"schedule must be callable (see opscope.schedule), got {schedule!r}")
-        if on_trace_ready is not None and not callable(on_trace_ready):
-            raise TypeError(f"on_trace_ready must be callable, got {on_trace_ready!r}")
-        self.record_shapes = bool(record_shapes)
-        self.profile_memory = bool(profile_memory)
-        self.with_stack = bool(with_stack)
-        self.with_flops = bool(with_flops)
-        self.with_modules = bool(with_modules)
-        self.experimental_config = experimental_config
-        self.execution_trace_observer = execution_trace_observer
+        check_callable("profile", "schedule", schedule)
+        check_callable("profile", "on_trace_ready", on_trace_ready)
+        self.record_shapes = check_bool("profile", "record_shapes", record_shapes)
+        self.profile_memory = check_bool("profile", "profile_memory", profile_memory)
+        self.with_stack = check_bool("profile", "with_stack", with_stack)
+        self.with_flops = check_bool("profile", "with_flops", with_flops)
+        self.with_modules = check_bool("profile", "with_modules", with_modules)
+        self.experimental_config = _check_experimental_config(experimental_config)
+        self.execution_trace_observer = _check_execution_trace_observer(
+            execution_trace_observer)
         self.record_steps = schedule is not None
         self.schedule = schedule if schedule is not None else default_schedule
         self.on_trace_ready = on_trace_ready
@@ -113,6 +163,8 @@ class profile:
         self._step_range: Optional[record_function] = None
         self._sightings: Any = None  # memory-category hooks while recording
         self._module_ranges: Any = None  # collect.module_hooks.ModuleRanges while recording
+        self._started = False  # between start() and stop()
+        self._owner_pid = os.getpid()  # a forked child never drives its parent's profiler
 
     # -- context manager and schedule -------------------------------------------------
     def __enter__(self) -> "profile":
@@ -120,6 +172,8 @@ class profile:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._owner_pid != os.getpid():
+            return  # a forked child leaving its parent's block: nothing here is its own
         try:
             self.stop()
         finally:
@@ -127,8 +181,17 @@ class profile:
                 self.execution_trace_observer.cleanup()
 
     def start(self) -> None:
-        """Begin profiling (the first step's action decides whether to record)."""
+        """Begin profiling (the first step's action decides whether to record).
+
+        Raises RuntimeError when this profiler is already started; the running
+        recording goes on untouched.
+        """
+        if self._started:
+            raise RuntimeError("opscope.profile.start: this profiler is already running; "
+                               "call stop() before starting it again")
         _claim(self)
+        self._started = True
+        self._owner_pid = os.getpid()
         StepTracker.init_step_count(PROFILER_STEP_NAME)
         try:
             self._transit(ProfilerAction.NONE, self.current_action)
@@ -138,7 +201,15 @@ class profile:
             raise
 
     def stop(self) -> None:
-        """End profiling; results of the last active window become available."""
+        """End profiling; results of the last active window become available.
+
+        If writing an output fails (the execution trace, ``on_trace_ready``),
+        the session is built first and kept, every hook is removed, and then
+        the error is raised. In a forked child, stop() leaves the parent's
+        recording alone and does nothing.
+        """
+        if self._owner_pid != os.getpid() or not self._started:
+            return
         try:
             self._exit_step_range()
             self._transit(self.current_action, None)
@@ -146,14 +217,23 @@ class profile:
             self._abort()
 
     def step(self) -> None:
-        """Mark the start of the next step (iteration)."""
+        """Mark the start of the next step (iteration).
+
+        An ``on_trace_ready`` that raises propagates from here (as torch does),
+        after the finished cycle's session is kept and the next cycle started,
+        so the schedule goes on at the next ``step()``.
+        """
+        if self._owner_pid != os.getpid() or not self._started:
+            return
         self._exit_step_range()
         previous = self.current_action
         self.step_num += 1
         StepTracker.increment_step(PROFILER_STEP_NAME)
         self.current_action = as_action(self.schedule(self.step_num))
-        self._transit(previous, self.current_action)
-        self._enter_step_range()
+        try:
+            self._transit(previous, self.current_action)
+        finally:
+            self._enter_step_range()
 
     def _enter_step_range(self) -> None:
         if self.record_steps:
@@ -166,6 +246,10 @@ class profile:
             step_range.__exit__(None, None, None)
 
     def _transit(self, previous: ProfilerAction, current: Optional[ProfilerAction]) -> None:
+        """Run the steps of one transition. A failing output step ("stop" writing the
+        execution trace, "ready") does not skip the steps after it; the first such
+        error is raised at the end. A failing "prepare"/"start" is raised at once."""
+        failure: Optional[BaseException] = None
         for name in TRANSITIONS.get((previous, current), []):
             if name.startswith("warn:"):
                 warnings.warn(name[len("warn:"):], stacklevel=3)
@@ -173,11 +257,24 @@ class profile:
                 self._prepare_trace()
             elif name == "start":
                 self._start_trace()
-            elif name == "stop":
-                self._stop_trace()
-            elif name == "ready":
-                if self.on_trace_ready is not None:
-                    self.on_trace_ready(self)
+            elif name in ("stop", "ready"):
+                try:
+                    if name == "stop":
+                        self._stop_trace()
+                    else:
+                        self._trace_ready()
+                except Exception as e:
+                    if failure is None:
+                        failure = e
+                    else:
+                        warnings.warn(f"opscope: a second output failed too: {e!r}",
+                                      RuntimeWarning, stacklevel=3)
+        if failure is not None:
+            raise failure
+
+    def _trace_ready(self) -> None:
+        if self.on_trace_ready is not None and self._session is not None:
+            self.on_trace_ready(self)
 
     def _drop_sightings(self):
         """Uninstall the memory-category hooks; what they saw, or None."""
@@ -189,6 +286,7 @@ class profile:
 
     def _abort(self) -> None:
         """Leave no hook installed, whatever happened."""
+        self._started = False
         self._drop_sightings()
         self._take_module_ranges()
         StepTracker.erase_step_count(PROFILER_STEP_NAME)
@@ -200,6 +298,23 @@ class profile:
             except Exception:
                 pass
         _release(self)
+
+    def _detach_after_fork(self) -> None:
+        """In a forked child: drop this (the parent's) recording and every hook it set.
+
+        The native observer disables itself in C++ at the fork; the Python
+        collector, the memory and module hooks are dropped here. What the parent
+        recorded stays the parent's: this copy is freed, not kept.
+        """
+        self._step_range = None  # the parent's range; its end is the parent's to record
+        self._drop_sightings()
+        self._take_module_ranges()
+        StepTracker.erase_step_count(PROFILER_STEP_NAME)
+        self._recording = False
+        self._started = False
+        collector = self._collector
+        if collector is not None and hasattr(collector, "forget_after_fork"):
+            collector.forget_after_fork()
 
     # -- trace steps ------------------------------------------------------------------
     def _prepare_trace(self) -> None:
@@ -248,8 +363,15 @@ class profile:
         return module_ranges
 
     def _stop_trace(self) -> None:
-        if self.execution_trace_observer is not None:
-            self.execution_trace_observer.stop()
+        """Stop the collector and build the session FIRST; then stop the execution
+        trace, whose error (a full disk) is raised with the session kept."""
+        try:
+            self._stop_collector()
+        finally:
+            if self.execution_trace_observer is not None:
+                self.execution_trace_observer.stop()
+
+    def _stop_collector(self) -> None:
         if not self._recording:
             return
         module_ranges = self._take_module_ranges()
@@ -292,6 +414,13 @@ class profile:
         ``group_by="module"`` (with ``with_modules=True``) gives one row per
         ``nn.Module`` instead, as a tree: see ``module_table()``.
         """
+        where = "key_averages"
+        group_by_input_shape = check_bool(where, "group_by_input_shape", group_by_input_shape)
+        group_by_stack_n = check_int(where, "group_by_stack_n", group_by_stack_n, minimum=0)
+        group_by_overload_name = check_bool(where, "group_by_overload_name",
+                                            group_by_overload_name)
+        if group_by is not None and not (isinstance(group_by, str) and group_by == "module"):
+            raise ValueError(f"{where}: group_by must be None or 'module', got {group_by!r}")
         if group_by is not None:
             return self._module_averages(group_by)
         if group_by_overload_name:
@@ -333,6 +462,7 @@ class profile:
 
     def add_metadata(self, key: str, value: str) -> None:
         """Add a string entry to the trace's top-level metadata."""
+        check_name("add_metadata", "key", key)
         if not isinstance(value, str):
             raise TypeError(f"add_metadata {key!r}: value must be a str, "
                             f"got {type(value).__name__}")
@@ -340,6 +470,7 @@ class profile:
 
     def add_metadata_json(self, key: str, value: str) -> None:
         """Add an entry whose value is JSON text to the trace's top-level metadata."""
+        check_name("add_metadata_json", "key", key)
         _validate_json(key, value)
         if self._recording or self._session is None:
             self._metadata[key] = value
@@ -348,10 +479,12 @@ class profile:
 
     def preset_metadata_json(self, key: str, value: str) -> None:
         """Metadata added to every trace this profiler starts from now on."""
+        check_name("preset_metadata_json", "key", key)
         self.preset_metadata[key] = _validate_json(key, value)
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the Chrome/Perfetto trace (gzipped when ``path`` ends in ``.gz``)."""
+        path = check_path("export_chrome_trace", "path", path)
         from opscope.export.chrome_trace import write_chrome_trace
 
         write_chrome_trace(self.session, path)
@@ -362,11 +495,10 @@ class profile:
         ``.json``/``.json.gz``: ``[times, sizes]``; ``.raw.json.gz``: raw rows;
         ``.html``: an offline plot. Needs only ``profile_memory=True``.
         """
+        path = check_path("export_memory_timeline", "path", path)
         if not self.profile_memory:
             raise ValueError("export_memory_timeline needs profile_memory=True: create the "
                              "profiler with opscope.profile(profile_memory=True, ...)")
-        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-            raise ValueError(f"export_memory_timeline: path must be a file path, got {path!r}")
         from opscope.analysis.memory_timeline import parse_device
         from opscope.export.memory_timeline import write_memory_timeline
 
@@ -380,18 +512,21 @@ class profile:
 
     def memory_summary(self, top: int = 10) -> str:
         """Peak memory per step and the ops with the largest self allocations, as text."""
+        top = check_int("memory_summary", "top", top, minimum=1)
         from opscope.export.memory_summary import format_memory_summary
 
         return format_memory_summary(self.session, top=top)
 
     def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
         """Write collapsed stacks for flamegraph.pl or speedscope."""
+        path = check_path("export_stacks", "path", path)
         from opscope.export.stacks import write_stacks
 
         write_stacks(self.session, path, metric)
 
     def export_report(self, path: str) -> None:
         """Write the self-contained HTML report (overview, operators, flame graph, timeline...)."""
+        path = check_path("export_report", "path", path)
         from opscope.report import write_report
 
         write_report(self.session, path)

@@ -394,3 +394,119 @@ def test_range_open_across_stop_ends_at_stop_and_later_sessions_work(collector_n
     with opscope.profile() as again:
         torch.ones(2).sub(1)
     assert "aten::sub" in names_of(again) and "spans_stop" not in names_of(again)
+
+
+# -- profile's own arguments: checked at the call, naming the argument -----------------
+
+@pytest.mark.parametrize("name", ["record_shapes", "profile_memory", "with_stack",
+                                  "with_flops", "with_modules"])
+@pytest.mark.parametrize("value", ["yes", 2, None, 1.0])
+def test_profile_bool_options_are_checked(name, value):
+    with pytest.raises(TypeError, match=f"profile: {name} must be a bool"):
+        opscope.profile(**{name: value})
+
+
+def test_profile_bool_options_accept_0_and_1():
+    prof = opscope.profile(record_shapes=1, with_stack=0)
+    assert prof.record_shapes is True and prof.with_stack is False
+
+
+@pytest.mark.parametrize("name", ["schedule", "on_trace_ready"])
+def test_profile_callables_are_checked(name):
+    with pytest.raises(TypeError, match=f"profile: {name} must be callable"):
+        opscope.profile(**{name: "trace.json"})
+
+
+def test_profile_execution_trace_observer_is_checked(tmp_path):
+    with pytest.raises(TypeError, match="execution_trace_observer must be an "
+                                        "opscope.ExecutionTraceObserver or None"):
+        opscope.profile(execution_trace_observer=str(tmp_path / "et.json"))
+    opscope.profile(execution_trace_observer=opscope.ExecutionTraceObserver())
+
+
+def test_profile_experimental_config_is_checked():
+    with pytest.raises(TypeError, match="experimental_config must be"):
+        opscope.profile(experimental_config={"verbose": True})
+    config = torch.profiler._ExperimentalConfig()
+    assert opscope.profile(experimental_config=config).experimental_config is config
+
+
+@pytest.fixture(scope="module")
+def finished():
+    with opscope.profile(profile_memory=True, with_modules=True) as prof:
+        torch.nn.Linear(3, 2)(torch.ones(1, 3)).sum()
+    return prof
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(group_by_input_shape="yes"), TypeError, "group_by_input_shape must be a bool"),
+    (dict(group_by_stack_n=-1), ValueError, "group_by_stack_n must be >= 0"),
+    (dict(group_by_stack_n="5"), TypeError, "group_by_stack_n must be an int"),
+    (dict(group_by_stack_n=True), TypeError, "group_by_stack_n must be an int"),
+    (dict(group_by_overload_name=None), TypeError, "group_by_overload_name must be a bool"),
+    (dict(group_by="name"), ValueError, "group_by must be None or 'module'"),
+    (dict(group_by=["module"]), ValueError, "group_by must be None or 'module'"),
+])
+def test_key_averages_arguments_are_checked(finished, kwargs, error, words):
+    with pytest.raises(error, match=f"key_averages: {words}"):
+        finished.key_averages(**kwargs)
+
+
+def test_key_averages_checks_before_needing_results():
+    with pytest.raises(ValueError, match="group_by_stack_n"):
+        opscope.profile().key_averages(group_by_stack_n=-2)
+
+
+@pytest.mark.parametrize("top, error", [(0, ValueError), (-1, ValueError), ("3", TypeError),
+                                        (2.5, TypeError), (True, TypeError)])
+def test_memory_summary_top_is_checked(finished, top, error):
+    with pytest.raises(error, match="memory_summary: top must be"):
+        finished.memory_summary(top=top)
+
+
+@pytest.mark.parametrize("method", ["add_metadata", "add_metadata_json",
+                                    "preset_metadata_json"])
+@pytest.mark.parametrize("key, error", [(5, TypeError), (None, TypeError),
+                                        ("a\x00b", ValueError), ("\ud800", ValueError)])
+def test_metadata_keys_are_checked(method, key, error):
+    prof = opscope.profile()
+    value = "v" if method == "add_metadata" else '"v"'
+    with pytest.raises(error, match=f"{method}: key must"):
+        getattr(prof, method)(key, value)
+    assert key not in prof._metadata and key not in prof.preset_metadata
+
+
+@pytest.mark.parametrize("method", ["export_chrome_trace", "export_memory_timeline",
+                                    "export_stacks", "export_report"])
+@pytest.mark.parametrize("path, error", [("", ValueError), (None, TypeError),
+                                         (3, TypeError), ("a\x00b", ValueError)])
+def test_export_paths_are_checked_at_the_call(method, path, error):
+    # a profiler with no results: the path is refused before the session is asked for
+    with pytest.raises(error, match=f"{method}: path must"):
+        getattr(opscope.profile(profile_memory=True), method)(path)
+
+
+@pytest.mark.parametrize("bad, error", [("a\x00b", ValueError), ("\ud800", ValueError)])
+def test_collector_range_push_refuses_names_it_cannot_record(collector_name, bad, error):
+    from opscope.collect import choose_collector
+
+    collector = choose_collector()
+    collector.start()
+    try:
+        with pytest.raises(error, match="name must"):
+            collector.range_push(bad)
+        handle = collector.range_push("fine")
+        collector.range_pop(handle)
+    finally:
+        raw = collector.stop()
+    names = [raw.names[i] for i in raw.records["name_id"]]
+    assert "fine" in names and not any(n.startswith("a") and len(n) == 1 for n in names)
+
+
+def test_native_range_push_refuses_nul_even_unchecked(native_only):
+    from opscope.collect.native_build import load_native
+
+    ext = load_native()
+    with pytest.raises(ValueError, match="NUL"):
+        ext.range_push("a\x00b")  # not recording: refused all the same
+    assert not ext.is_recording()

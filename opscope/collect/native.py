@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from opscope.arguments import check_name
 from opscope.collect.native_build import load_native
 from opscope.collect.stack_frames import stack_table
 from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSession
@@ -74,9 +75,19 @@ class NativeCollector:
     def is_recording(self) -> bool:
         return bool(self._ext.is_recording())
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: nothing to do here; observer.cpp's own at-fork
+        handler already stopped recording and freed the parent's buffers."""
+
+    def held_record_bytes(self) -> int:
+        """Bytes of record chunks the observer still holds (call while not recording)."""
+        return int(self._ext.held_record_bytes())
+
     # User ranges as real at::RecordFunction scopes, seen by every observer.
     def range_push(self, name: str) -> int:
-        return int(self._ext.range_push(name))
+        # A NUL or a lone surrogate could not be recorded exactly: refused
+        # before anything is pushed (observer.cpp refuses a NUL too).
+        return int(self._ext.range_push(check_name("record_function", "name", name)))
 
     def range_pop(self, handle: int) -> None:
         self._ext.range_pop(handle)

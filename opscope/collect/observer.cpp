@@ -12,6 +12,7 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -631,10 +634,18 @@ void pop_reporter() {
   g_reporter.reset();
 }
 
+// The callback a forked child inherited from its parent's recording: inert
+// there (generation 0) and removed by the child's first start().
+at::CallbackHandle g_inherited_handle = 0;
+
 void start(bool record_shapes, bool profile_memory, bool with_stack) {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (g_session) {
     throw std::runtime_error("opscope native collector is already recording");
+  }
+  if (g_inherited_handle != 0) {
+    at::removeCallback(g_inherited_handle);
+    g_inherited_handle = 0;
   }
   auto s = std::make_shared<Session>();
   s->generation = ++g_last_generation;
@@ -672,6 +683,7 @@ void free_finished_chunks(ThreadBuffer& t) {
   for (size_t c = 0; c < t.chunks.size(); ++c) {
     size_t k = (c + 1 == t.chunks.size()) ? t.used : kChunkRecords;
     const Record* recs = t.chunks[c].get();
+    if (recs == nullptr) continue;  // freed before (an earlier stop, or a fork)
     bool open = false;
     for (size_t i = 0; i < k && !open; ++i) open = (recs[i].flags & kFlagUnfinished) != 0;
     if (!open) t.chunks[c].reset();
@@ -794,8 +806,64 @@ bool is_recording() {
   return g_active_generation.load(std::memory_order_acquire) != 0;
 }
 
-// A user range as a real at::RecordFunction, so every observer sees it.
+// Runs in a forked child (pthread_atfork), where only the forking thread
+// exists. The child must not go on recording into its copy of the parent's
+// session (nobody would read it), and must be able to start its own. A lock
+// that a vanished parent thread held at the fork would stay locked forever,
+// so no lock is taken: the locks are rebuilt, the generations zeroed (every
+// callback then returns at once), and the copied buffers freed. glibc makes
+// malloc usable again before child handlers run. A chunk that still holds an
+// open record is kept: that range may end in the child and write its end.
+// torch's callback registry is not touched here (its lock could be held);
+// the inherited callback is removed by the child's own start().
+void after_fork_in_child() {
+  g_active_generation.store(0, std::memory_order_relaxed);
+  g_memory_generation.store(0, std::memory_order_relaxed);
+  new (&g_session_mu) std::mutex();
+  new (&g_names.mu) std::mutex();
+  if (g_session) {
+    new (&g_session->mu) std::mutex();
+    g_session.reset();
+    g_inherited_handle = g_handle;
+    g_handle = 0;
+  }
+  for (auto& owned : g_all_buffers) {
+    ThreadBuffer& t = *owned;
+    free_finished_chunks(t);
+    std::vector<int64_t>().swap(t.shapes);
+    std::vector<MemRecord>().swap(t.memory);
+    std::vector<uint32_t>().swap(t.stack_ids);
+    std::vector<uint32_t>().swap(t.stack_begin);
+    std::vector<uint32_t>().swap(t.stack_frames);
+    std::vector<FrameKey>().swap(t.frame_keys);
+    std::vector<ResolvedFrame>().swap(t.frame_text);
+    t.frame_ids.clear();
+    t.stack_by_hash.clear();
+    t.busy.store(false, std::memory_order_relaxed);
+  }
+}
+
+// Bytes of records still held in every thread's chunks (tests: a forked child
+// holds almost none). Call only while not recording: chunks grow unlocked.
+int64_t held_record_bytes() {
+  std::lock_guard<std::mutex> g(g_session_mu);
+  int64_t n = 0;
+  for (auto& owned : g_all_buffers) {
+    for (auto& chunk : owned->chunks) {
+      if (chunk) n += int64_t(kChunkRecords * sizeof(Record));
+    }
+  }
+  return n;
+}
+
+// A user range as a real at::RecordFunction, so every observer sees it. The
+// name arrives with its length (pybind11 keeps NULs in a std::string), but
+// observers read it as a C string: a NUL is refused here, always, rather
+// than cut silently.
 int64_t range_push(const std::string& name) {
+  if (name.find('\0') != std::string::npos) {
+    throw std::invalid_argument("opscope range_push: name must not contain a NUL character");
+  }
   auto rf = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
   if (rf->isActive()) {
     rf->before(name);
@@ -834,10 +902,13 @@ void empty_observer_stop() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pthread_atfork(nullptr, nullptr, &after_fork_in_child);
   m.def("start", &start, py::arg("record_shapes"), py::arg("profile_memory") = false,
         py::arg("with_stack") = false, "Start recording RecordFunction events");
   m.def("stop", &stop, "Stop recording and return the raw session");
   m.def("is_recording", &is_recording);
+  m.def("held_record_bytes", &held_record_bytes,
+        "Bytes of record chunks still held (call while not recording)");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
   m.def("range_push", &range_push);
   m.def("range_pop", &range_pop);

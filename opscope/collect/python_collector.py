@@ -84,6 +84,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
+from opscope.arguments import check_name
 from opscope.collect.input_encoding import scalar_type_index, encode_inputs
 from opscope.collect.python_backward import BackwardHooks
 from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
@@ -488,8 +489,27 @@ class PythonCollector:
             stack_table=rec.stack_table() if rec.with_stack else None,
         )
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: stop recording into the parent's copy and free it.
+
+        The patches are undone and the mode made inert (it pops itself from
+        this thread after its next op if it cannot be removed now); the rows
+        are dropped. The child can then start a collector of its own.
+        """
+        rec, self._rec = self._rec, None
+        if rec is None:
+            return
+        rec.active = False
+        rec._lock = threading.Lock()  # a parent thread may have held it at the fork
+        rec.buffers = []
+        rec.ranges.clear()
+        rec.rf_rows.clear()
+        rec._local = threading.local()
+        rec.uninstall()
+
     def range_push(self, name: str) -> int:
         """Open a user range on this thread; returns the handle for ``range_pop``."""
+        check_name("record_function", "name", name)
         handle = next(self._handles)
         rec = self._rec
         if rec is not None and rec.active:
