@@ -19,6 +19,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <pthread.h>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -419,9 +421,22 @@ py::list take_nodes() {
   return out;
 }
 
+// In a forked child (pthread_atfork) only the forking thread exists: the child
+// must not go on recording nodes nobody reads. No lock is taken (a vanished
+// parent thread may hold it); the lock is rebuilt and the copied nodes freed.
+// The registration stays: its callback is inert while `enabled` is false, and
+// the parent's file is left to the parent (opscope.execution_trace forgets it).
+void after_fork_in_child() {
+  g->enabled.store(false, std::memory_order_relaxed);
+  new (&g->mu) std::mutex();
+  std::vector<Node>().swap(g->nodes);
+  g->stacks.clear();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pthread_atfork(nullptr, nullptr, &after_fork_in_child);
   m.def("register_observer", &register_observer,
         "Add the (disabled) callback; False when one is already registered");
   m.def("unregister_observer", &unregister_observer, "Remove the callback and forget all ids");

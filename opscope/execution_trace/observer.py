@@ -12,6 +12,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any
 
 from opscope.export.output_path import check_output_path
@@ -79,6 +81,7 @@ class ExecutionTraceObserver:
         self._collector, self._writer = collector, writer
         self._output_file_path = path
         self._registered = True
+        _registered_observers.add(self)
         return self
 
     def unregister_callback(self) -> None:
@@ -135,6 +138,25 @@ class ExecutionTraceObserver:
             raise RuntimeError("ExecutionTraceObserver.get_output_file_path: no output file: "
                                "call register_callback(path) first")
         return self._output_file_path
+
+
+def _forget_in_child(self: ExecutionTraceObserver) -> None:
+    """After a fork, in the child: the registration and its file are the parent's.
+
+    The native side stops recording by itself (et_observer.cpp); here the
+    observer lets go of the parent's unfinished file without writing, removing
+    or replacing it (the atomic writer leaves a file begun by another process
+    alone).
+    """
+    self._registered = False
+    self._execution_trace_running = False
+    self._collector = self._writer = None
+
+
+_registered_observers: "weakref.WeakSet[ExecutionTraceObserver]" = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: [
+        _forget_in_child(o) for o in list(_registered_observers)])
 
 
 def _finish_or_abandon(writer: Any) -> None:

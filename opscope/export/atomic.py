@@ -74,8 +74,13 @@ class _RawOutput(io.FileIO):
     def __init__(self, fd: int, shown: str):
         super().__init__(fd, "wb", closefd=True)
         self._shown = shown
+        self._owner = os.getpid()
 
     def write(self, data) -> int:  # type: ignore[override]
+        if os.getpid() != self._owner:
+            # A forked child shares this file and its offset with the parent, which
+            # goes on writing it: the child's copy of the buffer is dropped.
+            return memoryview(data).nbytes
         try:
             return super().write(data)
         except OSError as exc:
@@ -232,6 +237,7 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
             raise output_error(exc, path) from exc
     opened: List = []  # outermost last, for cleanup
     in_body = False  # an OSError from the caller's own code is not relabelled
+    owner = os.getpid()  # a forked child must not touch the parent's unfinished file
     try:
         raw = _RawOutput(fd, path)
         opened.append(raw)
@@ -251,6 +257,9 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
         if zipped is not None:
             opened.pop()
             zipped.close()  # writes the gzip trailer; leaves ``buffered`` open
+        if os.getpid() != owner:
+            raise RuntimeError(f"cannot write {path!r}: the write was begun by process "
+                               f"{owner}, and this is a forked child of it")
         buffered.flush()
         if fsync and tmp is not None:
             os.fsync(fd)
@@ -259,6 +268,8 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
             os.replace(tmp, target.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
             tmp = None
     except BaseException as exc:
+        if os.getpid() != owner:
+            tmp = None  # the parent's temp file: the parent finishes or removes it
         if not opened:
             _close_quietly(fd)
         for stream in reversed(opened):
