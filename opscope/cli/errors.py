@@ -32,9 +32,9 @@ def print_error(message: str) -> None:
     >>> import contextlib, io
     >>> err = io.StringIO()
     >>> with contextlib.redirect_stderr(err):
-    ...     print_error("trace 'a\x1b[2Jb.json': bad")
+    ...     print_error("trace 'a\\x1b[2Jb.json': bad")
     >>> err.getvalue()
-    "opscope: error: trace 'a\\x1b[2Jb.json': bad\n"
+    "opscope: error: trace 'a\\\\x1b[2Jb.json': bad\\n"
     """
     from opscope.cli.terminal import write_text
 

@@ -174,8 +174,8 @@ def _check_start(path: str, head: bytes) -> None:
     if text[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark: json refuses it too
         text = text[3:].lstrip(_JSON_SPACE)
     if text and text[:1] not in (b"{", b"["):
-        raise TraceLoadError(path, "not a trace: it does not start with a JSON object "
-                                   "(expected Chrome trace JSON, plain or gzip)")
+        raise TraceLoadError(path, "not a trace: not valid JSON (it does not start with "
+                                   "'{' or '['; expected Chrome trace JSON, plain or gzip)")
     if not text and len(head) >= _SNIFF_SPACE:
         raise TraceLoadError(path, f"not a trace: more than {format_size(_SNIFF_SPACE)} of "
                                    f"blank space before any JSON")
@@ -208,7 +208,8 @@ def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | No
             head += out[:_SNIFF_SPACE]
             _check_start(path, head)
         if total > limit:
-            raise _too_large(path, f"inflated, it is more than {format_size(limit)}, which", limit)
+            raise _too_large(path, f"inflated, it is more than {format_size(limit)}, which",
+                             limit)
         if chunks is not None:
             chunks = None if total > keep_up_to else chunks
             if chunks is not None and out:
@@ -235,10 +236,14 @@ def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
             head = f.read(_SNIFF_SPACE)
             if head[:2] != _GZIP_MAGIC:
                 _check_start(path, head)
-                rest = f.read(limit + 1 - len(head))
-                if len(head) + len(rest) > limit:  # it grew after fstat
-                    raise _too_large(path, f"it grew while read to more than {format_size(limit)}, which", limit)
-                return head + rest
+                f.seek(0)
+                data = f.read(size + 1)  # one buffer of the file's size, not of the limit
+                if len(data) > size:  # it grew after fstat
+                    data += f.read(limit + 1 - len(data))
+                if len(data) > limit:
+                    raise _too_large(path, f"it grew while read to more than "
+                                           f"{format_size(limit)}, which", limit)
+                return data
             total, chunks = _inflate(path, f, limit, keep_up_to=_KEEP_AT_ONCE)
             if chunks is None:  # big, but within the limit: inflate again, keeping it all
                 total, chunks = _inflate(path, f, limit, keep_up_to=limit)

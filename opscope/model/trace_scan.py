@@ -77,17 +77,19 @@ def float_column(values: Sequence[Any], what: str, path: str, events: Sequence[d
 
     >>> float_column([1, 2.5], "ts", "t.json", [{}, {}]).tolist()
     [1.0, 2.5]
-    >>> events = [{"ts": 1}, {"ts": "soon"}]
-    >>> float_column(["1", "soon"][1:], "ts", "t.json", events[1:], events)
+    >>> events = [{"ts": 1}, {"name": "mm", "ts": "soon"}]
+    >>> float_column(["soon"], "ts", "t.json", events[1:], events)
     Traceback (most recent call last):
     ...
-    opscope.model.trace_file.TraceLoadError: trace 't.json': traceEvents[1].ts: expected a number of microseconds, got string 'soon'
+    opscope.model.trace_file.TraceLoadError: trace 't.json': traceEvents[1].ts (event 'mm'): expected a number of microseconds, got string 'soon'
     """
-    try:
-        out = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        out = None
-    if out is None or out.ndim != 1 or (len(out) and not (np.abs(out) <= MAX_MICROSECONDS).all()):
+    out = None
+    if not set(map(type, values)) - {int, float}:  # numpy would also take "5" and True
+        try:
+            out = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer past a float's range
+            pass
+    if out is None or (len(out) and not (np.abs(out) <= MAX_MICROSECONDS).all()):
         bad = next(i for i, v in enumerate(values)
                    if not isinstance(v, (int, float)) or isinstance(v, bool)
                    or not abs(v) <= MAX_MICROSECONDS)
@@ -95,7 +97,9 @@ def float_column(values: Sequence[Any], what: str, path: str, events: Sequence[d
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         problem = "out of range" if isinstance(value, (int, float)) and \
             not isinstance(value, bool) else type_name(value)
-        raise TraceLoadError(path, f"{event_position(events[bad], trace_events)}.{what}: "
+        name = events[bad].get("name")
+        of = f" (event {name[:60]!r})" if isinstance(name, str) else ""
+        raise TraceLoadError(path, f"{event_position(events[bad], trace_events)}.{what}{of}: "
                                    f"expected a number of microseconds, got {problem} {shown}")
     return out
 
