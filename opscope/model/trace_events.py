@@ -185,8 +185,8 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     options, metadata = _settings(doc)
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
-        python_function_names=[str(n) for n in dict.fromkeys(
-            cols.names[i] for i in np.flatnonzero(found.is_python).tolist())],
+        python_function_names=list(dict.fromkeys(
+            str(cols.names[i]) for i in np.flatnonzero(found.is_python).tolist())),
         module_args=_module_args(ops, args, user_rows), flops=flops,
         marks=_marks(found.instants, origin_us, path, trace_events),
         thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)})

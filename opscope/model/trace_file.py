@@ -57,6 +57,20 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", re.IGNORECASE)
 class TraceLoadError(ValueError):
     """A trace that cannot be loaded; the message is one line naming the file.
 
+    ``path`` is the file, ``problem`` the rest of the message. Raised for: a
+    missing file or a folder without a trace; a FIFO, device or socket; a
+    size or inflated size over the limit (the message names the limit and
+    ``--max-trace-size``/``OPSCOPE_MAX_TRACE_BYTES``); content that is not
+    JSON, not an object with a ``traceEvents`` list, or nested too deeply; a
+    truncated or corrupt gzip; and, from ``trace_events``, an event whose
+    ``ts`` or ``dur`` (op and range events, ``[memory]`` and CPU instant
+    events) is not a finite number within +-4e15 microseconds, named as
+    ``traceEvents[12].dur (event 'aten::mm'): expected a number of
+    microseconds, got string '5'``. Other fields of the wrong type or range
+    (thread and flow ids, input shapes, sequence numbers, ``baseTimeNanoseconds``,
+    the window event) are ignored as if absent. Anything else unforeseen is
+    still a TraceLoadError ("malformed trace: ...", from ``load_session``).
+
     >>> str(TraceLoadError("x.json", "not valid JSON"))
     "trace 'x.json': not valid JSON"
     """
