@@ -5,7 +5,7 @@ record_shapes, with_stack and profile_memory), one torch.profiler writes in
 the test, and the torch 2.13 sample in the shared reference folder. A seeded
 loop mutates them (field types swapped for str/int/float/list/dict/null,
 huge and non-finite numbers, keys deleted, events duplicated and reordered,
-bytes truncated and flipped). Every mutant must either raise
+bytes truncated and flipped, the gzip of a seed damaged). Every mutant must either raise
 ``TraceLoadError`` with a specific message (not the loader's last-resort
 "malformed trace" net) or load; a loaded one must render as a key_averages table
 and a diff against its seed, and one in ``REPORT_EVERY`` as the HTML report
@@ -15,6 +15,7 @@ and a diff against its seed, and one in ``REPORT_EVERY`` as the HTML report
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import random
 
@@ -117,13 +118,22 @@ def _mutate_doc(doc: dict, rng: random.Random) -> None:
 
 def _mutant_text(text: str, rng: random.Random) -> bytes:
     kind = rng.random()
-    if kind < 0.75:
+    if kind < 0.7:
         doc = json.loads(text)
         _mutate_doc(doc, rng)
         out = json.dumps(doc).replace(json.dumps(HUGE), "1e400")
         return out.encode("utf-8", "surrogatepass")
+    if kind < 0.78:  # gzip, then damaged: truncated, a byte flipped, or trailing junk
+        packed = bytearray(gzip.compress(text.encode(), compresslevel=1))
+        damage = rng.randrange(3)
+        if damage == 0:
+            return bytes(packed[: rng.randrange(len(packed))])
+        if damage == 1:
+            packed[rng.randrange(len(packed))] ^= 1 << rng.randrange(8)
+            return bytes(packed)
+        return bytes(packed) + rng.choice([b"\0" * 7, b"junk", packed[:5]])
     data = bytearray(text.encode())
-    if kind < 0.87:
+    if kind < 0.88:
         return bytes(data[: rng.randrange(len(data))])
     for _ in range(rng.randint(1, 4)):
         data[rng.randrange(len(data))] = rng.randrange(256)
