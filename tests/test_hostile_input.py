@@ -292,3 +292,19 @@ def test_placeholder_report_loads_in_a_browser(tmp_path, browser, artifacts):
     assert "aten::{{DATA}}</script><!--" in page.js(
         "window.opscopeReport.data.operators.rows.map(r => r.name)")
     page.check_clean()
+
+
+def test_lone_surrogates_in_names_and_paths_still_write_html(tmp_path):
+    # a folder named with a byte that is not UTF-8 decodes to a lone surrogate, as "\ud800" does
+    folder = os.fsdecode(bytes(tmp_path) + b"/dir\xff")
+    os.mkdir(folder)
+    names = ["bad\ud800name", "aten::mm"]
+    _trace(os.path.join(folder, "w.pt.trace.json"), *names)
+    slower = _trace(tmp_path / "b.json", *names, dur=9)
+    status, out, err = cli("report", folder, cwd=tmp_path)
+    assert status == 0, err
+    page = open(os.path.join(folder, "w.html"), encoding="utf-8").read()
+    assert "bad\\ud800name" in json.dumps(_embedded_data(page))
+    status, out, err = cli("diff", folder, slower, "-o", "d.html", cwd=tmp_path)
+    assert status == 0, err
+    assert "bad\\ud800name" in (tmp_path / "d.html").read_text(encoding="utf-8")

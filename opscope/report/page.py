@@ -55,8 +55,12 @@ def render_html(data: Dict[str, Any]) -> str:
     >>> page = render_html({"meta": {"title": "{{DATA}} /*{{SCRIPT}}*/"}})
     >>> page.count("{{DATA}}"), page.count('<script id="opscope-data"')
     (2, 1)
+    >>> "a\\\\udcff b" in render_html({"meta": {"title": "a\\udcff b"}})
+    True
     """
-    title = str(data.get("meta", {}).get("title", "profile"))
+    # a path or name may hold lone surrogates (undecodable bytes, JSON escapes): escape them
+    title = str(data.get("meta", {}).get("title", "profile")).encode(
+        "utf-8", "backslashreplace").decode("utf-8")
     script = "\n".join(asset(name) for name in SCRIPTS)
     if "</script" in script.lower() or "<!--" in script:
         raise ValueError("a report script contains '</script' or '<!--'")
