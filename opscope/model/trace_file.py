@@ -210,12 +210,15 @@ def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | No
             pending = f.read(_CHUNK)
             if not pending:
                 break
+        if not started:  # between members: zero padding is allowed (as gzip.decompress does)
+            pending = pending.lstrip(b"\0")
+            if not pending:
+                continue
         started = True
         out = inflater.decompress(pending, _CHUNK)
         pending = inflater.unconsumed_tail
-        if inflater.eof:  # one member ended: what follows is another member, or zero padding
-            rest = inflater.unused_data + pending
-            pending = rest if rest.startswith(_GZIP_MAGIC[:len(rest)]) else rest.lstrip(b"\0")
+        if inflater.eof:  # one member ended: what follows is another member, or padding
+            pending = inflater.unused_data + pending
             inflater, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
         total += len(out)
         if len(head) < _SNIFF_SPACE:
