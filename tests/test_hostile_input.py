@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import resource  # noqa: F401  (used by the measuring child)
 import signal
 import subprocess
 import sys
@@ -164,8 +163,8 @@ def test_fifo_is_refused_without_blocking(tmp_path):
 
 def test_folder_without_a_trace_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    for verb in ("table", "report"):
-        assert_one_line_exit_2(cli(verb, "empty", cwd=tmp_path), "*.pt.trace.json", "empty")
+    for verb in (["table", "empty"], ["report", "empty"], ["diff", "empty", "empty"]):
+        assert_one_line_exit_2(cli(*verb, cwd=tmp_path), "*.pt.trace.json", "empty")
 
 
 def test_text_that_does_not_start_like_json_is_refused_from_its_first_bytes(tmp_path):
