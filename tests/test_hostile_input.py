@@ -308,3 +308,24 @@ def test_lone_surrogates_in_names_and_paths_still_write_html(tmp_path):
     status, out, err = cli("diff", folder, slower, "-o", "d.html", cwd=tmp_path)
     assert status == 0, err
     assert "bad\\ud800name" in (tmp_path / "d.html").read_text(encoding="utf-8")
+
+
+def test_run_verbs_print_live_tables_and_summaries_escaped(capsys):
+    from opscope.cli.results import WindowWriter, print_summary, print_table
+
+    class Profile:
+        session = None
+
+        def key_averages(self):
+            class Rows:
+                def table(self, **kwargs):
+                    return "step\x1b[2J\ud800 1.0ms"
+            return Rows()
+
+    assert print_table(Profile(), sort="count", row_limit=5)
+    writer = WindowWriter("/tmp", "out\x1b[31m", "train", by_step=False)
+    writer.errors.append("cannot write trace 'x\x07'")
+    print_summary(writer)
+    out, err = capsys.readouterr()
+    assert out == "step\\x1b[2J\\ud800 1.0ms\n"
+    assert "\x07" not in err and "\\x07" in err
