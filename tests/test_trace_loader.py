@@ -376,7 +376,7 @@ def _broken_files(folder):
         "no_events": (folder / "no_events.json", ["no 'traceEvents'"]),
         "events_not_list": (folder / "events_not_list.json", ["'traceEvents' is a dict"]),
         "number": (folder / "number.json", ["not a trace"]),
-        "bad_ts": (folder / "bad_ts.json", ["aten::mm", "'ts'"]),
+        "bad_ts": (folder / "bad_ts.json", ["aten::mm", "traceEvents[0].ts", "got string 'soon'"]),
         "truncated": (folder / "truncated.json.gz", ["truncated gzip"]),
         "corrupt": (folder / "corrupt.json.gz", ["gzip"]),
     }

@@ -72,22 +72,51 @@ class LoadedSession(ProfileSession):
     thread_names: Dict[int, str] = field(default_factory=dict)
 
 
-def load_session(path: "str | os.PathLike[str]") -> LoadedSession:
+def load_session(path: "str | os.PathLike[str]", *,
+                 max_bytes: Optional[int] = None) -> LoadedSession:
     """Read the trace at ``path`` (file or folder) into an analysed session.
 
     Raises :class:`TraceLoadError` naming the file when it is missing, is not
-    a trace (not JSON, no ``traceEvents`` list, bad event times) or is a
-    truncated gzip.
+    a regular file, is over ``max_bytes`` (default ``OPSCOPE_MAX_TRACE_BYTES``
+    or 4 GiB; inflated size for gzip), is not a trace (not JSON, no
+    ``traceEvents`` list), has an event field of the wrong type or range (see
+    ``opscope.model.trace_file``) or is a truncated or corrupt gzip.
     """
     from opscope.analysis.build import build_session
 
     file = resolve_trace_path(path)
     with _collection_paused():
-        doc = read_trace_document(file)
-        contents = trace_contents(doc, file)
+        doc = read_trace_document(file, max_bytes)
+        with _malformed_is_load_error(file):
+            contents = trace_contents(doc, file)
         del doc  # the events are in columns now; free the parsed JSON early
-    session = build_session(contents.raw, options=contents.options, metadata=contents.metadata,
-                            modules=_modules(contents), marks=contents.marks)
+    with _malformed_is_load_error(file):
+        session = build_session(contents.raw, options=contents.options,
+                                metadata=contents.metadata, modules=_modules(contents),
+                                marks=contents.marks)
+    return _loaded(session, contents, file)
+
+
+@contextmanager
+def _malformed_is_load_error(file: str) -> Iterator[None]:
+    """A value of a type or range the loader did not foresee is still a TraceLoadError.
+
+    The checks in ``trace_events`` name the field for what real traces get
+    wrong; this net keeps any other oddity (found by fuzzing) from escaping
+    as a bare TypeError or OverflowError.
+    """
+    try:
+        yield
+    except TraceLoadError:
+        raise
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError, IndexError,
+            RecursionError) as exc:
+        raise TraceLoadError(file, f"malformed trace: a field has an unexpected type or "
+                                   f"value ({type(exc).__name__}: {exc})") from exc
+
+
+def _loaded(session: ProfileSession, contents: TraceContents, file: str) -> LoadedSession:
+    """The LoadedSession of a built session: per-row stacks, flops and names from the file."""
     mark_backward_nodes(session.table)
     per_row = _PerRow(contents, session.table)
     if contents.flops is not None:

@@ -19,8 +19,9 @@ import sys
 
 from opscope.analysis.diff import DEFAULT_NOISE_PCT, DEFAULT_THRESHOLD_PCT, diff_sessions
 from opscope.cli.errors import UsageError
-from opscope.cli.options import parse_row_limit
+from opscope.cli.options import add_max_trace_size, parse_row_limit
 from opscope.cli.progress import progress
+from opscope.cli.terminal import terminal_safe, write_text
 from opscope.cli.traces import load_trace
 
 SUMMARY = "compare two saved traces op by op: what got slower, what got faster"
@@ -66,6 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"smallest change of an op's self time, in percent of its old "
                              f"self time, marked as a regression or improvement "
                              f"(default: {DEFAULT_THRESHOLD_PCT:g})")
+    add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
 
@@ -87,21 +89,20 @@ def main(args: argparse.Namespace) -> int:
 
     if args.output:
         check_output(args.output)
-    a = load_trace(args.a)
-    b = load_trace(args.b)
+    a = load_trace(args.a, args.max_trace_size)
+    b = load_trace(args.b, args.max_trace_size)
     with progress("comparing"):
         diff = diff_sessions(a, b, threshold_pct=args.threshold)
     names = (a.source_path, b.source_path)
-    sys.stdout.write(format_diff(diff, names=names, row_limit=args.limit) + "\n")
-    sys.stdout.flush()
+    write_text(format_diff(diff, names=names, row_limit=args.limit) + "\n")
     if args.output:
         try:
-            with progress(f"writing {args.output}"):
+            with progress(f"writing {terminal_safe(args.output)}"):
                 write_diff_html(diff, args.output, names=names,
                                 title=f"opscope diff: {os.path.basename(names[0])} -> "
                                       f"{os.path.basename(names[1])}")
         except OSError as exc:
             raise UsageError(f"argument -o/--output: cannot write {args.output!r} "
                              f"({exc.strerror or exc})") from None
-        print(f"opscope: wrote diff {args.output} (open it in a browser)", file=sys.stderr)
+        write_text(f"opscope: wrote diff {args.output} (open it in a browser)\n", sys.stderr)
     return 0

@@ -24,9 +24,22 @@ class UsageError(Exception):
 
 
 def print_error(message: str) -> None:
-    """Write ``opscope: error: <message>`` as a single line on stderr."""
+    """Write ``opscope: error: <message>`` as a single line on stderr.
+
+    Control characters and lone surrogates (from a file name or a trace) are
+    printed as escapes, so the line cannot drive the terminal.
+
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     print_error("trace 'a\\x1b[2Jb.json': bad")
+    >>> err.getvalue()
+    "opscope: error: trace 'a\\\\x1b[2Jb.json': bad\\n"
+    """
+    from opscope.cli.terminal import write_text
+
     one_line = " ".join(str(message).split())
-    print(f"opscope: error: {one_line}", file=sys.stderr, flush=True)
+    write_text(f"opscope: error: {one_line}\n", sys.stderr)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -84,6 +84,32 @@ def parse_sort_key(text: str) -> str:
     return text
 
 
+def parse_max_trace_size(text: str) -> int:
+    """``--max-trace-size``: bytes, or with a binary unit (``512M``, ``8G``).
+
+    >>> parse_max_trace_size("8G")
+    8589934592
+    >>> parse_max_trace_size("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a size in bytes such as 4096, 512M or 8G; got '0'
+    """
+    from opscope.model.trace_file import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_max_trace_size(parser: argparse.ArgumentParser) -> None:
+    """``--max-trace-size SIZE``: the largest trace (inflated, for gzip) a verb reads."""
+    parser.add_argument(
+        "--max-trace-size", metavar="SIZE", type=parse_max_trace_size, default=None,
+        help="refuse a trace larger than this, inflated when gzip (e.g. 512M, 8G; default: "
+             "$OPSCOPE_MAX_TRACE_BYTES, else 4G)")
+
+
 def add_output_dir(parser: argparse.ArgumentParser, what: str) -> None:
     """``-o/--output-dir DIR``."""
     parser.add_argument(

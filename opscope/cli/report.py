@@ -16,7 +16,9 @@ import os
 import sys
 
 from opscope.cli.errors import UsageError
+from opscope.cli.options import add_max_trace_size
 from opscope.cli.progress import progress
+from opscope.cli.terminal import terminal_safe, write_text
 
 SUMMARY = "write the HTML report of a saved trace (opscope or torch.profiler)"
 DESCRIPTION = """\
@@ -37,6 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the HTML file to write, or a folder to write it in (default: beside the "
              "trace, named like it with .html, e.g. demo.pt.trace.json -> demo.html)")
     parser.add_argument("--title", help="title shown in the report (default: the trace's path)")
+    add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
 
@@ -73,15 +76,20 @@ def main(args: argparse.Namespace) -> int:
     try:
         trace_file = resolve_trace_path(args.trace)
         target = output_path(args.output, trace_file)
-        with progress(f"loading {trace_file}"):
-            session = load_session(trace_file)
+        with progress(f"loading {terminal_safe(trace_file)}"):
+            session = load_session(trace_file, max_bytes=args.max_trace_size)
     except TraceLoadError as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a bad OPSCOPE_MAX_TRACE_BYTES
+        raise UsageError(str(exc)) from None
+    except MemoryError:
+        raise UsageError(f"trace {trace_file!r}: not enough memory to load it (lower "
+                         f"--max-trace-size to refuse such files quickly)") from None
     try:
-        with progress(f"writing {target}"):
+        with progress(f"writing {terminal_safe(target)}"):
             write_report(session, target, title=args.title or trace_file)
     except OSError as exc:
         raise UsageError(f"argument -o/--output: cannot write {target!r} "
                          f"({exc.strerror or exc})") from None
-    print(f"opscope: wrote report {target} (open it in a browser)", file=sys.stderr)
+    write_text(f"opscope: wrote report {target} (open it in a browser)\n", sys.stderr)
     return 0

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Callable, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
+from opscope.cli.terminal import write_text
 
 
 class Output(NamedTuple):
@@ -91,17 +92,16 @@ def print_table(prof: Any, *, sort: str, row_limit: int) -> bool:
         return False
     with progress("analysing"):
         text = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
+    write_text(text if text.endswith("\n") else text + "\n")  # range names escaped
     return True
 
 
 def print_summary(writer: WindowWriter) -> None:
     """One stderr line per file written, then one per write error."""
     for line in writer.written:
-        print(f"opscope: {line}", file=sys.stderr)
+        write_text(f"opscope: {line}\n", sys.stderr)
     for line in writer.errors:
-        print(f"opscope: error: {line}", file=sys.stderr)
+        write_text(f"opscope: error: {line}\n", sys.stderr)
     if not writer.written and not writer.errors:
-        print("opscope: no trace written: no recording window was completed", file=sys.stderr)
-    sys.stderr.flush()
+        write_text("opscope: no trace written: no recording window was completed\n",
+                   sys.stderr)

@@ -18,8 +18,10 @@ import sys
 from typing import NamedTuple, Optional
 
 from opscope.cli.errors import UsageError
-from opscope.cli.options import DEFAULT_ROW_LIMIT, DEFAULT_SORT, parse_row_limit, parse_sort_key
+from opscope.cli.options import (DEFAULT_ROW_LIMIT, DEFAULT_SORT, add_max_trace_size,
+                                 parse_row_limit, parse_sort_key)
 from opscope.cli.progress import progress
+from opscope.cli.terminal import write_text
 from opscope.cli.traces import load_trace
 from opscope.model.records import NO_INPUTS
 from opscope.model.session import ProfileSession
@@ -75,6 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--group-by", metavar=GROUP_BY_FORM, type=parse_group_by,
         help="one row per name and input shapes (shape), per name and the N innermost "
              "Python frames (stack:N), or per nn.Module as a tree (module)")
+    add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
 
@@ -142,13 +145,13 @@ def check_sort(sort: Optional[str], group_by: Optional[GroupBy]) -> None:
 def main(args: argparse.Namespace) -> int:
     """Load the trace and print its table; return the exit status."""
     check_sort(args.sort, args.group_by)
-    session = load_trace(args.trace)
+    session = load_trace(args.trace, args.max_trace_size)
     check_group_data(session, args.group_by, session.source_path)
     if len(session.table) == 0:
-        print(f"opscope: trace {session.source_path!r} has no CPU op events", file=sys.stderr)
+        write_text(f"opscope: trace {session.source_path!r} has no CPU op events\n", sys.stderr)
         return 0
     with progress("analysing"):
         text = session_table(session, sort=args.sort, row_limit=args.row_limit,
                              group_by=args.group_by)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    write_text(text if text.endswith("\n") else text + "\n")  # names escaped, as all CLI text
     return 0

@@ -148,5 +148,7 @@ def write_diff_html(diff: SessionDiff, path: PathLike, *, names: Tuple[str, str]
     """Write the page to ``path`` atomically; returns the path."""
     path = check_output_path("write_diff_html", "path", path)
     with atomic_text_writer(path) as f:
-        f.write(render_diff_html(diff, names=names, title=title))
+        # lone surrogates (from a trace's JSON escapes) cannot be UTF-8: write them escaped
+        f.write(render_diff_html(diff, names=names, title=title)
+                .encode("utf-8", "backslashreplace").decode("utf-8"))
     return path

@@ -64,6 +64,7 @@ FORMAT_KEYS = frozenset({
 })
 _INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 _INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
+MAX_EPOCH_NS = 4 * 10 ** 18  # baseTimeNanoseconds past this (year 2096) is not a clock
 
 
 @dataclass
@@ -107,15 +108,16 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
 
     ``path`` is only used in error messages.
     """
-    found = ScannedEvents(doc["traceEvents"])
+    trace_events = doc["traceEvents"]
+    found = ScannedEvents(trace_events)
     ops = found.ops
     base_ns = doc.get("baseTimeNanoseconds")
-    epoch_offset_ns = base_ns if isinstance(base_ns, int) and not isinstance(base_ns, bool) \
-        else 0
+    # an epoch offset outside 1970..2096 (or not an integer) is ignored, as if absent
+    epoch_offset_ns = base_ns if type(base_ns) is int and 0 <= base_ns <= MAX_EPOCH_NS else 0
 
     cols = op_columns(ops)
-    ts = float_column(cols.ts, "ts", path, ops)
-    dur = float_column(cols.dur, "dur", path, ops)
+    ts = float_column(cols.ts, "ts", path, ops, trace_events)
+    dur = float_column(cols.dur, "dur", path, ops, trace_events)
     all_ts = [ts] + [np.array([e.get("ts")], dtype=np.float64)
                      for e in ([found.span] if found.span else [])]
     origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
@@ -124,8 +126,9 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
 
     names, name_id = intern_values(cols.names)
     tids, thread_index = intern_values(cols.tids)
-    memory = _memory_records(found.memory, origin_us, path, tids)  # may add threads
-    thread_ids = [t if isinstance(t, int) and not isinstance(t, bool) else k
+    memory = _memory_records(found.memory, origin_us, path, tids,
+                             trace_events)  # may add threads
+    thread_ids = [t if type(t) is int and -2 ** 63 <= t < 2 ** 63 else k
                   for k, t in enumerate(tids)]
     args = cols.args
     seq = int_column(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
@@ -176,16 +179,26 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
         records=records, inputs=inputs, thread_ids=thread_ids,
         names=[n if isinstance(n, str) else str(n) for n in names],
         start_ns=start_ns, stop_ns=stop_ns, epoch_offset_ns=epoch_offset_ns,
-        collector="trace", process_id=pids[0] if pids and isinstance(pids[0], int) else 0,
+        collector="trace", process_id=pids[0] if pids and type(pids[0]) is int and
+        -2 ** 63 <= pids[0] < 2 ** 63 else 0,
         memory=memory)
     options, metadata = _settings(doc)
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
-        python_function_names=[str(n) for n in dict.fromkeys(
-            cols.names[i] for i in np.flatnonzero(found.is_python).tolist())],
+        python_function_names=list(dict.fromkeys(
+            str(cols.names[i]) for i in np.flatnonzero(found.is_python).tolist())),
         module_args=_module_args(ops, args, user_rows), flops=flops,
-        marks=_marks(found.instants, origin_us, path),
+        marks=_marks(found.instants, origin_us, path, trace_events),
         thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)})
+
+
+def hashable(value: Any) -> Any:
+    """``value`` if it can be a dict key, else its text (a list where an id should be).
+
+    >>> hashable(3), hashable([1])
+    (3, '[1]')
+    """
+    return value if isinstance(value, (str, int, float, type(None))) else str(value)
 
 
 def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us: int):
@@ -214,14 +227,14 @@ def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
     out = np.zeros(len(tids), dtype=np.int64)
     index = {t: i for i, t in enumerate(tids)}
     if found.flows_start and found.flows_end:
-        backward = {(ops[i].get("tid"), ops[i].get("ts")): int(fwd[i])
+        backward = {(hashable(ops[i].get("tid")), ops[i].get("ts")): int(fwd[i])
                     for i in np.flatnonzero(fwd != 0).tolist()}
         for flow_id, s in found.flows_start.items():
             f = found.flows_end.get(flow_id)
             if f is None:
                 continue
-            thread = index.get(s.get("tid"))
-            rf = backward.get((f.get("tid"), f.get("ts")))
+            thread = index.get(hashable(s.get("tid")))
+            rf = backward.get((hashable(f.get("tid")), hashable(f.get("ts"))))
             if thread is not None and rf and out[thread] == 0:
                 out[thread] = rf
     used = set(out.tolist())
@@ -310,7 +323,7 @@ _MEMORY_ARGS = (("addr", "Addr"), ("bytes", "Bytes"), ("total_allocated", "Total
 
 
 def _memory_records(events: List[dict], origin_us: int, path: str,
-                    tids: List[Any]) -> np.ndarray:
+                    tids: List[Any], trace_events: List[Any]) -> np.ndarray:
     """``[memory]`` instants as allocator records (``MEMORY_DTYPE``), in trace order.
 
     A thread seen only in memory events is appended to ``tids``.
@@ -318,14 +331,15 @@ def _memory_records(events: List[dict], origin_us: int, path: str,
     out = np.zeros(len(events), dtype=MEMORY_DTYPE)
     if not events:
         return out
-    out["time_ns"] = to_ns(float_column([e.get("ts") for e in events], "ts", path, events),
-                           origin_us)
+    out["time_ns"] = to_ns(float_column([e.get("ts") for e in events], "ts", path, events,
+                                        trace_events), origin_us)
     index = {t: i for i, t in enumerate(tids)}
-    for e in events:
-        if e.get("tid") not in index:
-            index[e.get("tid")] = len(tids)
-            tids.append(e.get("tid"))
-    out["thread_index"] = [index[e.get("tid")] for e in events]
+    keys = [hashable(e.get("tid")) for e in events]
+    for key in keys:
+        if key not in index:
+            index[key] = len(tids)
+            tids.append(key)
+    out["thread_index"] = [index[key] for key in keys]
     args = [e.get("args") if type(e.get("args")) is dict else {} for e in events]
     for column, key in _MEMORY_ARGS:
         default = -1 if column == "device_index" else 0
@@ -336,13 +350,15 @@ def _memory_records(events: List[dict], origin_us: int, path: str,
     return out
 
 
-def _marks(events: List[dict], origin_us: int, path: str) -> List[Tuple[int, int, str]]:
+def _marks(events: List[dict], origin_us: int, path: str,
+           trace_events: List[Any]) -> List[Tuple[int, int, str]]:
     """(ns, OS thread id, message) of each CPU instant event (``opscope.itt.mark``)."""
     if not events:
         return []
-    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events), origin_us).tolist()
-    return [(t, e.get("tid") if isinstance(e.get("tid"), int) else 0, str(e.get("name")))
-            for t, e in zip(ts, events)]
+    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events, trace_events),
+               origin_us).tolist()
+    return [(t, e.get("tid") if type(e.get("tid")) is int and abs(e.get("tid")) < 2 ** 63
+             else 0, str(e.get("name"))) for t, e in zip(ts, events)]
 
 
 def _module_args(ops: List[dict], args: List[dict],

@@ -6,6 +6,20 @@ the content, not the name). A folder stands for the newest trace that
 ``tensorboard_trace_handler`` wrote in it. Every failure is a
 :class:`TraceLoadError` whose one-line message names the file and the problem.
 
+Reading is bounded, because a trace may come from anyone:
+
+- only regular files are read (a FIFO, a device such as ``/dev/zero`` or a
+  socket is refused before a byte is read, without blocking);
+- the first bytes must look like a trace: optional blank space, then ``{`` or
+  ``[``, or the gzip magic whose inflated text starts that way;
+- the file's size, and for gzip its inflated size, must be at most the limit:
+  ``max_bytes`` when given (the CLI's ``--max-trace-size``), else the
+  environment variable ``OPSCOPE_MAX_TRACE_BYTES`` (``8G``, ``512M``, a
+  number of bytes), else 4 GiB, which admits real multi-GB traces. Gzip is
+  inflated in a streaming pass that keeps at most 256 MiB while it measures,
+  so a gzip bomb is refused with flat memory. Parsing a trace takes several
+  times its text size in memory; lower the limit to bound that.
+
 Example::
 
     >>> import json, os, tempfile
@@ -22,18 +36,40 @@ Example::
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
+import re
+import stat
 import zlib
 from typing import Any, Dict
 
 TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
+MAX_BYTES_ENV = "OPSCOPE_MAX_TRACE_BYTES"
+DEFAULT_MAX_BYTES = 4 * 2 ** 30
 _GZIP_MAGIC = b"\x1f\x8b"
+_JSON_SPACE = b" \t\r\n"
+_SNIFF_SPACE = 2 ** 20      # blank bytes allowed before the JSON starts
+_CHUNK = 2 ** 20            # bytes read, and at most inflated, per step
+_KEEP_AT_ONCE = 256 * 2 ** 20  # inflated bytes kept by the first, measuring pass
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", re.IGNORECASE)
 
 
 class TraceLoadError(ValueError):
     """A trace that cannot be loaded; the message is one line naming the file.
+
+    ``path`` is the file, ``problem`` the rest of the message. Raised for: a
+    missing file or a folder without a trace; a FIFO, device or socket; a
+    size or inflated size over the limit (the message names the limit and
+    ``--max-trace-size``/``OPSCOPE_MAX_TRACE_BYTES``); content that is not
+    JSON, not an object with a ``traceEvents`` list, or nested too deeply; a
+    truncated or corrupt gzip; and, from ``trace_events``, an event whose
+    ``ts`` or ``dur`` (op and range events, ``[memory]`` and CPU instant
+    events) is not a finite number within +-4e15 microseconds, named as
+    ``traceEvents[12].dur (event 'aten::mm'): expected a number of
+    microseconds, got string '5'``. Other fields of the wrong type or range
+    (thread and flow ids, input shapes, sequence numbers, ``baseTimeNanoseconds``,
+    the window event) are ignored as if absent. Anything else unforeseen is
+    still a TraceLoadError ("malformed trace: ...", from ``load_session``).
 
     >>> str(TraceLoadError("x.json", "not valid JSON"))
     "trace 'x.json': not valid JSON"
@@ -73,32 +109,182 @@ def resolve_trace_path(path: "str | os.PathLike[str]") -> str:
     return text
 
 
-def read_trace_bytes(path: str) -> bytes:
-    """The file's content, decompressed when it is gzip."""
+def default_max_bytes() -> int:
+    """The size limit when none is given: ``OPSCOPE_MAX_TRACE_BYTES``, else 4 GiB.
+
+    >>> default_max_bytes() == int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    True
+    """
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {MAX_BYTES_ENV}: {exc}") from None
+
+
+def parse_size(text: str) -> int:
+    """A byte count such as ``4096``, ``512M``, ``8G`` or ``1.5GiB`` (binary units).
+
+    >>> parse_size("512M"), parse_size("2GiB"), parse_size("100")
+    (536870912, 2147483648, 100)
+    >>> parse_size("lots")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a size in bytes such as 4096, 512M or 8G; got 'lots'
+    """
+    match = _SIZE.fullmatch(str(text).strip())
+    value = float(match.group(1)) if match else -1.0
+    if not match or not value >= 1 or value == float("inf"):
+        raise ValueError(f"expected a size in bytes such as 4096, 512M or 8G; got {text!r}")
+    return int(value * 1024 ** "BKMGTP".index((match.group(2) or "B").upper()))
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes in words: ``1.5 GiB``, ``300 bytes``.
+
+    >>> format_size(3 * 2 ** 29), format_size(300)
+    ('1.5 GiB', '300 bytes')
+    """
+    for unit, scale in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _too_large(path: str, what: str, limit: int) -> TraceLoadError:
+    return TraceLoadError(path, f"{what} is over the {format_size(limit)} limit (raise it "
+                                f"with --max-trace-size SIZE or {MAX_BYTES_ENV}=SIZE)")
+
+
+def _open_regular(path: str):
+    """A binary file object for ``path``, refusing FIFOs, devices and sockets.
+
+    The file is opened non-blocking and checked with ``fstat`` on the open
+    descriptor, so a FIFO cannot hang the open and a swap after a check cannot
+    slip a device in.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
-    if data[:2] != _GZIP_MAGIC:
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
-                                   "compressed stream; was it still being written?)") from None
-    except (OSError, zlib.error) as exc:
-        raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else
+                "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else
+                "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
+        raise TraceLoadError(path, f"not a trace: it is {kind}, expected a regular "
+                                   f".json or .json.gz file")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), info.st_size
 
 
-def read_trace_document(path: "str | os.PathLike[str]") -> Dict[str, Any]:
+def _check_start(path: str, head: bytes) -> None:
+    """Refuse content that cannot be a trace from its first bytes (once it shows)."""
+    text = head.lstrip(_JSON_SPACE)
+    if text[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark: json refuses it too
+        text = text[3:].lstrip(_JSON_SPACE)
+    if text and text[:1] not in (b"{", b"["):
+        raise TraceLoadError(path, "not a trace: not valid JSON (it does not start with "
+                                   "'{' or '['; expected Chrome trace JSON, plain or gzip)")
+    if not text and len(head) >= _SNIFF_SPACE:
+        raise TraceLoadError(path, f"not a trace: more than {format_size(_SNIFF_SPACE)} of "
+                                   f"blank space before any JSON")
+
+
+def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | None]":
+    """Stream-inflate the (possibly multi-member) gzip ``f``: (size, chunks or None).
+
+    Inflated chunks are kept while the total is at most ``keep_up_to``; past
+    that they are dropped (None is returned) and the pass only measures, so a
+    gzip bomb costs no memory. Past ``limit`` it stops with a one-line error.
+    """
+    f.seek(0)
+    total, chunks, head = 0, [], b""
+    inflater, pending, started = zlib.decompressobj(16 + zlib.MAX_WBITS), b"", False
+    while True:
+        if not pending:
+            pending = f.read(_CHUNK)
+            if not pending:
+                break
+        if not started:  # between members: zero padding is allowed (as gzip.decompress does)
+            pending = pending.lstrip(b"\0")
+            if not pending:
+                continue
+        started = True
+        out = inflater.decompress(pending, _CHUNK)
+        pending = inflater.unconsumed_tail
+        if inflater.eof:  # one member ended: what follows is another member, or padding
+            pending = inflater.unused_data + pending
+            inflater, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+        total += len(out)
+        if len(head) < _SNIFF_SPACE:
+            head += out[:_SNIFF_SPACE]
+            _check_start(path, head)
+        if total > limit:
+            raise _too_large(path, f"inflated, it is more than {format_size(limit)}, which",
+                             limit)
+        if chunks is not None:
+            chunks = None if total > keep_up_to else chunks
+            if chunks is not None and out:
+                chunks.append(out)
+    if started:  # a member was begun and not finished
+        raise EOFError
+    return total, chunks
+
+
+def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
+    """The file's content, decompressed when it is gzip, within ``max_bytes``.
+
+    ``max_bytes`` (default :func:`default_max_bytes`) bounds both the file's
+    size and, for gzip, its inflated size. The inflated size is measured in a
+    streaming pass that keeps nothing before anything is held, so a gzip bomb
+    or ``/dev/zero`` is refused in seconds with flat memory.
+    """
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    f, size = _open_regular(path)
+    with f:
+        if size > limit:
+            raise _too_large(path, f"its size, {format_size(size)},", limit)
+        try:
+            head = f.read(_SNIFF_SPACE)
+            if head[:2] != _GZIP_MAGIC:
+                _check_start(path, head)
+                f.seek(0)
+                data = f.read(size + 1)  # one buffer of the file's size, not of the limit
+                if len(data) > size:  # it grew after fstat
+                    data += f.read(limit + 1 - len(data))
+                if len(data) > limit:
+                    raise _too_large(path, f"it grew while read to more than "
+                                           f"{format_size(limit)}, which", limit)
+                return data
+            total, chunks = _inflate(path, f, limit, keep_up_to=_KEEP_AT_ONCE)
+            if chunks is None:  # big, but within the limit: inflate again, keeping it all
+                total, chunks = _inflate(path, f, limit, keep_up_to=limit)
+            return b"".join(chunks or ())
+        except EOFError:
+            raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
+                                       "compressed stream; was it still being written?)") \
+                from None
+        except zlib.error as exc:
+            raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
+        except OSError as exc:
+            raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
+
+
+def read_trace_document(path: "str | os.PathLike[str]",
+                        max_bytes: "int | None" = None) -> Dict[str, Any]:
     """Parse the trace at ``path`` (a file or a folder) into its JSON object.
 
     The result always has a ``traceEvents`` list. A top-level JSON array (the
     Chrome trace "array format") is accepted as the event list itself.
+    ``max_bytes`` bounds the (inflated) size, see the module docstring.
     """
     file = resolve_trace_path(path)
-    data = read_trace_bytes(file)
+    data = read_trace_bytes(file, max_bytes)
     if not data.strip():
         raise TraceLoadError(file, "file is empty (expected Chrome trace JSON)")
     try:
@@ -111,6 +297,9 @@ def read_trace_document(path: "str | os.PathLike[str]") -> Dict[str, Any]:
                                    f"{exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise TraceLoadError(file, "not a trace: JSON nested too deeply") from None
+    except MemoryError:
+        raise TraceLoadError(file, f"not enough memory to parse its {format_size(len(data))} "
+                                   f"of JSON") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict):

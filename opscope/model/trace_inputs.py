@@ -57,6 +57,18 @@ def _scalar_value(text: object) -> object:
         return None
 
 
+def _int64_list(value: object) -> List[int]:
+    """``value`` when it is a list of 64-bit integers (a shape, strides), else ``[]``.
+
+    >>> _int64_list([2, 3]), _int64_list([2, "a"]), _int64_list([2 ** 70]), _int64_list(None)
+    ([2, 3], [], [], [])
+    """
+    if isinstance(value, list) and all(type(x) is int and -2 ** 63 <= x < 2 ** 63
+                                       for x in value):
+        return value
+    return []
+
+
 def _int_list(text: object) -> Optional[List[int]]:
     """``"[2, 5]"`` -> ``[2, 5]``; None when it is not a list of integers."""
     if not isinstance(text, str):
@@ -68,9 +80,10 @@ def _int_list(text: object) -> Optional[List[int]]:
     if not body:
         return []
     try:
-        return [int(part) for part in body.split(",")]
+        values = [int(part) for part in body.split(",")]
     except ValueError:
         return None
+    return values if all(-2 ** 63 <= v < 2 ** 63 for v in values) else None
 
 
 def encode_trace_inputs(dims: object, types: object, strides: object,
@@ -84,18 +97,15 @@ def encode_trace_inputs(dims: object, types: object, strides: object,
     out: List[int] = [n]
     for k in range(n):
         kind = _item(types, k, "")
-        shape = _item(dims, k, [])
-        if not isinstance(shape, list):
-            shape = []
+        shape = _int64_list(_item(dims, k, []))
         dtype = _DTYPE_INDEX.get(kind) if isinstance(kind, str) else None
         if dtype is not None or (shape and kind not in ("Scalar", "ScalarList", "TensorList",
                                                         "String")):
-            stride = _item(strides, k, [])
-            stride = stride if isinstance(stride, list) and len(stride) == len(shape) \
-                else [0] * len(shape)
+            stride = _int64_list(_item(strides, k, []))
+            stride = stride if len(stride) == len(shape) else [0] * len(shape)
             out.extend((INPUT_TENSOR, len(shape)))
-            out.extend(int(x) for x in shape)
-            out.extend(int(x) for x in stride)
+            out.extend(shape)
+            out.extend(stride)
             out.append(-1 if dtype is None else dtype)
         elif kind == "Scalar":
             value = _scalar_value(_item(concrete, k, ""))

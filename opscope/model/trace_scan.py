@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from operator import itemgetter, methodcaller
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
@@ -26,6 +25,9 @@ import numpy as np
 
 from opscope.model.records import SCOPE_FUNCTION, SCOPE_USER
 from opscope.model.trace_file import TraceLoadError
+
+# The largest |time| in microseconds: its nanoseconds, doubled, still fit in int64.
+MAX_MICROSECONDS = 4e15
 
 # Event categories that are host-side ops and ranges, and their RecordFunction scope.
 OP_CATEGORIES = {
@@ -44,40 +46,78 @@ def to_ns(ts: np.ndarray, origin_us: int) -> np.ndarray:
     return np.rint((ts - origin_us) * 1000.0).astype(np.int64) + origin_us * 1000
 
 
-def float_column(values: Sequence[Any], what: str, path: str,
-                 events: Sequence[dict]) -> np.ndarray:
-    """``values`` (the field ``what`` of each of ``events``) as float64.
+def event_position(event: Any, trace_events: Optional[Sequence[Any]]) -> str:
+    """``traceEvents[12]``: where ``event`` is in the trace (searched only for an error)."""
+    for i, e in enumerate(trace_events or ()):
+        if e is event:
+            return f"traceEvents[{i}]"
+    return "traceEvents[?]"
 
-    A missing or non-numeric value raises :class:`TraceLoadError` naming the
-    file and the first bad event.
+
+def type_name(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages.
+
+    >>> type_name("a"), type_name(None), type_name([1]), type_name(True)
+    ('string', 'null', 'array', 'boolean')
+    """
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", type(None): "null", list: "array", dict: "object",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+def float_column(values: Sequence[Any], what: str, path: str, events: Sequence[dict],
+                 trace_events: Optional[Sequence[Any]] = None) -> np.ndarray:
+    """``values`` (the field ``what`` of each of ``events``) as float64 microseconds.
+
+    A missing, non-numeric, non-finite or out-of-range value (beyond
+    +-``MAX_MICROSECONDS``, where nanoseconds would pass 64 bits) raises
+    :class:`TraceLoadError` naming the file, the event's place in
+    ``trace_events`` and the field.
 
     >>> float_column([1, 2.5], "ts", "t.json", [{}, {}]).tolist()
     [1.0, 2.5]
+    >>> events = [{"ts": 1}, {"name": "mm", "ts": "soon"}]
+    >>> float_column(["soon"], "ts", "t.json", events[1:], events)
+    Traceback (most recent call last):
+    ...
+    opscope.model.trace_file.TraceLoadError: trace 't.json': traceEvents[1].ts (event 'mm'): expected a number of microseconds, got string 'soon'
     """
-    try:
-        out = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        out = None
-    if out is None or (len(out) and not np.isfinite(out).all()):
+    out = None
+    if not set(map(type, values)) - {int, float}:  # numpy would also take "5" and True
+        try:
+            out = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer past a float's range
+            pass
+    if out is None or (len(out) and not (np.abs(out) <= MAX_MICROSECONDS).all()):
         bad = next(i for i, v in enumerate(values)
                    if not isinstance(v, (int, float)) or isinstance(v, bool)
-                   or not math.isfinite(v))
-        raise TraceLoadError(path, f"event {events[bad].get('name')!r} has no valid {what!r} "
-                                   f"(got {values[bad]!r}; expected microseconds)")
+                   or not abs(v) <= MAX_MICROSECONDS)
+        value = values[bad]
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        problem = "out of range" if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else type_name(value)
+        name = events[bad].get("name")
+        of = f" (event {name[:60]!r})" if isinstance(name, str) else ""
+        raise TraceLoadError(path, f"{event_position(events[bad], trace_events)}.{what}{of}: "
+                                   f"expected a number of microseconds, got {problem} {shown}")
     return out
 
 
 def int_column(values: Sequence[Any], default: int) -> np.ndarray:
     """``values`` as int64, ``default`` where one is not an integer.
 
-    >>> int_column([3, None, True], -1).tolist()
-    [3, -1, -1]
+    >>> int_column([3, None, True, 2 ** 70], -1).tolist()
+    [3, -1, -1, -1]
     """
     try:
-        return np.array(values, dtype=np.int64)
+        out = np.array(values, dtype=np.int64)
+        if out.ndim == 1:
+            return out
     except (TypeError, ValueError, OverflowError):
-        return np.array([v if isinstance(v, int) and not isinstance(v, bool) else default
-                         for v in values], dtype=np.int64)
+        pass
+    return np.array([v if type(v) is int and -2 ** 63 <= v < 2 ** 63 else default
+                     for v in values], dtype=np.int64)
 
 
 class OpColumns(NamedTuple):
@@ -141,6 +181,12 @@ def _category_kind(cat: Any) -> int:
         if isinstance(cat, str) else 0
 
 
+def _valid_span(event: dict) -> bool:
+    """Whether a window event's ``ts`` and ``dur`` are usable numbers (else it is ignored)."""
+    return all(type(v) in (int, float) and abs(v) <= MAX_MICROSECONDS
+               for v in (event.get("ts"), event.get("dur", 0)))
+
+
 class ScannedEvents:
     """The trace's events sorted into the kinds the loader uses.
 
@@ -154,7 +200,7 @@ class ScannedEvents:
         self.instants: List[dict] = []
         self.flows_start: Dict[Any, dict] = {}
         self.flows_end: Dict[Any, dict] = {}
-        self.span: Optional[dict] = None
+        self.span: Optional[dict] = None  # the window event, when its ts/dur are valid
         self.thread_names: Dict[Any, str] = {}
         try:
             phs = list(map(_GET_PH, events))
@@ -172,7 +218,7 @@ class ScannedEvents:
         self.ops: List[dict] = [events[i] for i in rows.tolist()]
         self.is_python = kind[rows] == _PYTHON
         spans = np.flatnonzero(kind == _SPAN)
-        if len(spans):
+        if len(spans) and _valid_span(events[int(spans[0])]):
             self.span = events[int(spans[0])]
         other = [ph_names.index(p) for p in ("i", "I", "s", "f", "M") if p in ph_names]
         for i in np.flatnonzero(np.isin(ph_id, other)).tolist():
@@ -186,9 +232,10 @@ class ScannedEvents:
             elif e.get("cat") == "cpu_instant_event":
                 self.instants.append(e)
         elif ph in ("s", "f"):
-            if e.get("cat") == "fwdbwd":
+            if e.get("cat") == "fwdbwd" and isinstance(e.get("id"), (int, str)):
                 (self.flows_start if ph == "s" else self.flows_end)[e.get("id")] = e
-        elif e.get("name") == "thread_name":
-            name = (e.get("args") or {}).get("name")
+        elif e.get("name") == "thread_name" and type(e.get("tid")) is int:
+            args = e.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             if isinstance(name, str):
                 self.thread_names[e.get("tid")] = name

@@ -69,9 +69,12 @@ def _meta(session: ProfileSession, title: Optional[str]) -> Dict[str, Any]:
         window_ns = max(window_ns, int(table.end_ns.max() - table.start_ns.min()))
     started = ""
     if session.epoch_offset_ns and session.start_ns:
-        unix_s = (session.start_ns + session.epoch_offset_ns) / 1e9
-        started = datetime.datetime.fromtimestamp(unix_s, datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M:%S UTC")
+        unix_s = (int(session.start_ns) + int(session.epoch_offset_ns)) / 1e9
+        try:
+            started = datetime.datetime.fromtimestamp(unix_s, datetime.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M:%S UTC")
+        except (ValueError, OverflowError, OSError):  # a loaded trace's clock out of range
+            started = ""
     threads = int(len(np.unique(table.thread_index))) if len(table) else 0
     return {"title": title or session.trace_name or "profile", "events": len(table),
             "threads": threads, "window_us": window_ns / 1000.0, "collector": session.collector,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from importlib import resources
 from typing import Any, Dict
 
@@ -30,28 +31,46 @@ def asset(name: str) -> str:
 def json_for_script(data: Dict[str, Any]) -> str:
     """``data`` as JSON that is safe inside a ``<script>`` element.
 
-    ``<`` is written as ``\\u003c`` so no name can close the element or open a comment.
+    ``<`` is written as ``\\u003c`` (and ``>``/``&`` likewise) so no value can
+    close the element or open a comment; lone surrogates are escaped by
+    ``json.dumps`` (ASCII output), and non-finite numbers are refused.
 
     >>> json_for_script({"name": "</script>"})
-    '{"name":"\\\\u003c/script>"}'
+    '{"name":"\\\\u003c/script\\\\u003e"}'
     """
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c")
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+_MARKERS = re.compile(r"\{\{TITLE\}\}|/\*\{\{STYLE\}\}\*/|/\*\{\{SCRIPT\}\}\*/|\{\{DATA\}\}")
 
 
 def render_html(data: Dict[str, Any]) -> str:
-    """The whole page as a string."""
-    title = str(data.get("meta", {}).get("title", "profile"))
+    """The whole page as a string.
+
+    The template's markers are replaced in one pass over the template alone,
+    so a marker inside a value (a title or op name with ``{{DATA}}``) is
+    never substituted again.
+
+    >>> page = render_html({"meta": {"title": "{{DATA}} /*{{SCRIPT}}*/"}})
+    >>> page.count("{{DATA}}"), page.count('<script id="opscope-data"')
+    (2, 1)
+    >>> "a\\\\udcff b" in render_html({"meta": {"title": "a\\udcff b"}})
+    True
+    """
+    # a path or name may hold lone surrogates (undecodable bytes, JSON escapes): escape them
+    title = str(data.get("meta", {}).get("title", "profile")).encode(
+        "utf-8", "backslashreplace").decode("utf-8")
     script = "\n".join(asset(name) for name in SCRIPTS)
-    if "</script" in script.lower():
-        raise ValueError("a report script contains '</script'")
+    if "</script" in script.lower() or "<!--" in script:
+        raise ValueError("a report script contains '</script' or '<!--'")
+    values = {"{{TITLE}}": html.escape(f"opscope report: {title}"),
+              "/*{{STYLE}}*/": asset("report.css"),
+              "/*{{SCRIPT}}*/": script,
+              "{{DATA}}": json_for_script(data)}
     page = asset("report.html")
-    for marker, value in (("{{TITLE}}", html.escape(f"opscope report: {title}")),
-                          ("/*{{STYLE}}*/", asset("report.css")),
-                          ("/*{{SCRIPT}}*/", script),
-                          ("{{DATA}}", json_for_script(data))):
-        head, sep, tail = page.partition(marker)
-        if not sep:
-            raise ValueError(f"report.html has no {marker} marker")
-        page = head + value + tail
-    return page
+    found = _MARKERS.findall(page)
+    if sorted(found) != sorted(values):
+        raise ValueError(f"report.html must hold each of {', '.join(values)} once; "
+                         f"it holds {found}")
+    return _MARKERS.sub(lambda m: values[m.group()], page)
