@@ -131,6 +131,25 @@ def test_gzip_of_a_plausible_trace_over_the_limit_names_size_and_option(tmp_path
     assert load_session(str(path), max_bytes=16 * 2 ** 20).table is not None
 
 
+def test_gzip_bomb_that_opens_like_a_trace_is_refused_with_little_memory(tmp_path, monkeypatch):
+    # 1 GiB of blanks inside a valid trace opening: only the inflation ratio gives it away
+    path = tmp_path / "blank.pt.trace.json.gz"
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path, "wb") as f:
+        f.write(packer.compress(b'{"traceEvents": ['))
+        block = b" " * (16 * 2 ** 20)
+        for _ in range(GB // len(block)):
+            f.write(packer.compress(block))
+        f.write(packer.compress(b"]}") + packer.flush())
+    monkeypatch.delenv("OPSCOPE_MAX_TRACE_BYTES", raising=False)
+    status, peak, err = _measured_cli(["table", str(path)], tmp_path)
+    assert status == 2, err
+    assert peak < GB
+    lines = err.splitlines()
+    assert len(lines) == 1 and "blank.pt.trace.json.gz" in lines[0], err
+    assert "decompression bomb" in lines[0] and "--max-trace-size" in lines[0], err
+
+
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_file_over_the_limit_is_one_line_naming_file_size_and_option(tmp_path, how):
     path = _trace(tmp_path / "t.json", *[f"aten::op{k}" for k in range(200)])

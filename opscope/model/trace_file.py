@@ -17,8 +17,11 @@ Reading is bounded, because a trace may come from anyone:
   environment variable ``OPSCOPE_MAX_TRACE_BYTES`` (``8G``, ``512M``, a
   number of bytes), else 4 GiB, which admits real multi-GB traces. Gzip is
   inflated in a streaming pass that keeps at most 256 MiB while it measures,
-  so a gzip bomb is refused with flat memory. Parsing a trace takes several
-  times its text size in memory; lower the limit to bound that.
+  so a gzip bomb is refused with flat memory. Under the default limit, a gzip
+  that inflates past 256 MiB at more than 200 times its size (a bomb that
+  opens like a trace) is refused too; an explicit limit admits it. Parsing a
+  trace takes several times its text size in memory; lower the limit to bound
+  that.
 
 Example::
 
@@ -51,6 +54,9 @@ _JSON_SPACE = b" \t\r\n"
 _SNIFF_SPACE = 2 ** 20      # blank bytes allowed before the JSON starts
 _CHUNK = 2 ** 20            # bytes read, and at most inflated, per step
 _KEEP_AT_ONCE = 256 * 2 ** 20  # inflated bytes kept by the first, measuring pass
+# Real traces inflate 5-30x. Past _KEEP_AT_ONCE, a file that inflates more than this is
+# refused under the default limit (an explicit limit admits it): it would be held whole.
+_MAX_RATIO = 200
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", re.IGNORECASE)
 
 
@@ -151,6 +157,10 @@ def format_size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} bytes"
+
+
+def _limit_is_explicit(max_bytes: "int | None") -> bool:
+    return max_bytes is not None or bool(os.environ.get(MAX_BYTES_ENV, "").strip())
 
 
 def _too_large(path: str, what: str, limit: int) -> TraceLoadError:
@@ -262,6 +272,13 @@ def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
                                            f"{format_size(limit)}, which", limit)
                 return data
             total, chunks = _inflate(path, f, limit, keep_up_to=_KEEP_AT_ONCE)
+            if chunks is None and total > _MAX_RATIO * size and not _limit_is_explicit(max_bytes):
+                raise _too_large(path, f"inflated, it is {format_size(total)} from "
+                                       f"{format_size(size)} (over {_MAX_RATIO}x, as only a "
+                                       f"decompression bomb is), and only a limit that is "
+                                       f"set explicitly admits more than "
+                                       f"{format_size(_KEEP_AT_ONCE)} of that; the default",
+                                 limit)
             if chunks is None:  # big, but within the limit: inflate again, keeping it all
                 total, chunks = _inflate(path, f, limit, keep_up_to=limit)
             return b"".join(chunks or ())
