@@ -82,22 +82,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_profiler)
 
 
-def _check_execution_trace_observer(value: Any) -> Any:
-    from opscope.execution_trace import ExecutionTraceObserver
-
-    if value is not None and not isinstance(value, ExecutionTraceObserver):
-        raise TypeError("profile: execution_trace_observer must be an "
-                        "opscope.ExecutionTraceObserver or None, got "
-                        f"{type(value).__name__} {value!r:.60}")
-    return value
-
-
-def _check_experimental_config(value: Any) -> Any:
-    from torch._C._profiler import _ExperimentalConfig
-
-    if value is not None and not isinstance(value, _ExperimentalConfig):
-        raise TypeError("profile: experimental_config must be a "
-                        "torch.profiler._ExperimentalConfig or None, got "
+def _check_optional(name: str, value: Any, cls: type, expected: str) -> Any:
+    """``value`` when it is None or a ``cls``; else TypeError naming ``name``."""
+    if value is not None and not isinstance(value, cls):
+        raise TypeError(f"profile: {name} must be {expected} or None, got "
                         f"{type(value).__name__} {value!r:.60}")
     return value
 
@@ -146,9 +134,16 @@ class profile:
         self.with_stack = check_bool("profile", "with_stack", with_stack)
         self.with_flops = check_bool("profile", "with_flops", with_flops)
         self.with_modules = check_bool("profile", "with_modules", with_modules)
-        self.experimental_config = _check_experimental_config(experimental_config)
-        self.execution_trace_observer = _check_execution_trace_observer(
-            execution_trace_observer)
+        from torch._C._profiler import _ExperimentalConfig
+
+        from opscope.execution_trace import ExecutionTraceObserver
+
+        self.experimental_config = _check_optional(
+            "experimental_config", experimental_config, _ExperimentalConfig,
+            "a torch.profiler._ExperimentalConfig")
+        self.execution_trace_observer = _check_optional(
+            "execution_trace_observer", execution_trace_observer, ExecutionTraceObserver,
+            "an opscope.ExecutionTraceObserver")
         self.record_steps = schedule is not None
         self.schedule = schedule if schedule is not None else default_schedule
         self.on_trace_ready = on_trace_ready

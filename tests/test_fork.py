@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from subprocesses import run_in_group
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,15 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 def run_script(source: str, collector: str, timeout: float = 300) -> dict:
     """Run ``source`` in a fresh interpreter; it prints one JSON line last."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OPSCOPE_COLLECTOR=collector)
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(source)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the fork scenario hung for {timeout} s")
+    proc = run_in_group([sys.executable, "-c", textwrap.dedent(source)], env=env,
+                        timeout=timeout)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-3000:]}"
     return json.loads(out.strip().splitlines()[-1])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import signal
 import subprocess
 import sys
 import zlib
@@ -22,6 +21,7 @@ from opscope.analysis.trace_loader import TraceLoadError, load_session
 from opscope.cli.terminal import terminal_safe
 from opscope.report.page import render_html
 
+from subprocesses import run_in_group
 from test_report_browser import ReportPage, artifacts, browser  # noqa: F401  (fixtures)
 
 TIMEOUT_S = 120
@@ -45,15 +45,9 @@ def cli(*args, cwd, env=None):
     """``python -m opscope ARGS``: (exit status, stdout, stderr); the group is killed on timeout."""
     full_env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_COLLECTOR"}
     full_env.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "opscope", *args], cwd=cwd, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError(f"opscope {' '.join(args)} did not finish in {TIMEOUT_S}s")
+    proc = run_in_group([sys.executable, "-m", "opscope", *args], cwd=cwd, env=full_env,
+                        timeout=TIMEOUT_S, text=False)
+    out, err = proc.stdout, proc.stderr
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 

@@ -25,6 +25,7 @@ import pytest
 import opscope
 from opscope.cli.main import main as cli_main
 from opscope.on_demand import control
+from subprocesses import run_in_group
 from workloads import mlp_step_fn
 
 SUBPROCESS_TIMEOUT_S = 120
@@ -53,15 +54,8 @@ def _dead_pid():
 
 def _run(cmd, env=None, timeout=SUBPROCESS_TIMEOUT_S):
     """Run ``cmd`` in its own process group; kill the group if it hangs."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"{cmd} did not finish in {timeout} s")
-    return proc.returncode, out, err
+    proc = run_in_group(cmd, env=env, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 # -- the control folder ------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from opscope.collect import build_cache
-from opscope.collect.build_cache import BuildLock, StaleBuild, UntrustedCache
+from opscope.collect.build_cache import BuildLock, StaleBuild
 from opscope.collect.build_worker import FLAGS
 
 SOURCE = Path(__file__).with_name("observer.cpp")
