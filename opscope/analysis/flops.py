@@ -13,8 +13,12 @@ Which ops count:
 - elementwise ``aten::add`` and ``aten::mul`` (not the in-place ``add_``/``mul_``): the
   number of elements of the first input, as torch.profiler counts them.
 
-The formulas are torch's own (``torch.utils.flop_counter.flop_registry``), applied to
-the recorded shapes; ``matmul`` and ``linear`` go through the ``bmm``/``mm`` formulas.
+The matrix-product and convolution formulas are torch's own
+(``torch.utils.flop_counter.flop_registry``), applied to the recorded shapes; ``matmul``
+and ``linear`` go through the ``bmm``/``mm`` formulas. The attention formulas are
+opscope's (:func:`attention_flops`): they give torch 2.13+'s numbers on every torch,
+grouped-query shapes included. A counted op whose recorded shapes a formula rejects
+gets 0 and a RuntimeWarning that names it, never a silent 0.
 
 Each FLOP is counted once. A composite op records its kernel op inside it
 (``aten::linear`` holds ``aten::addmm``, ``aten::conv2d`` holds ``aten::convolution``
@@ -22,13 +26,20 @@ and ``aten::_convolution``): the *innermost* op that has a formula carries the c
 and every op above it gets 0. A composite op counts only when nothing below it does
 (its kernel was not recorded, as under the Python collector).
 
-Compared with ``torch.utils.flop_counter.FlopCounterMode`` on the same step, the
-forward + backward total of the non-elementwise ops is equal, with one deliberate
-difference: FlopCounterMode has no formula for the CPU attention kernels
-(``_scaled_dot_product_flash_attention_for_cpu`` and its backward) and counts them
-as 0; opscope counts them with the same attention formulas as the GPU kernels.
-FlopCounterMode does not count elementwise ops at all; :func:`flop_totals` reports
-them apart (``elementwise``).
+What differs from torch, per version (torch 2.4 to 2.15):
+
+- ``torch.profiler.profile(with_flops=True)`` counts only ``mm``, ``addmm``, ``bmm``,
+  ``baddbmm``, ``conv2d``, ``add`` and ``mul``, on every version. opscope gives those ops
+  the same numbers, except that a ``conv2d``'s count sits on the ``_convolution`` inside
+  it (``conv2d`` shows 0); the other ops are counted by opscope only.
+- ``FlopCounterMode``: the forward + backward total of the non-elementwise ops is
+  equal, but for the CPU attention kernel
+  (``_scaled_dot_product_flash_attention_for_cpu`` and its backward): torch 2.15 counts it
+  as opscope does; older versions (2.4, 2.8 and 2.13 checked) have no formula for it and
+  count 0. On torch 2.4 and 2.8 its attention formulas assert on grouped-query shapes
+  (fewer key/value heads than query heads); opscope counts them with the query's heads.
+  FlopCounterMode does not count elementwise ops at all; :func:`flop_totals` reports
+  them apart (``elementwise``).
 
 Example::
 
@@ -45,6 +56,7 @@ Example::
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from math import prod
 from typing import Callable, Dict, List, Optional, Sequence
@@ -206,18 +218,61 @@ def recorded_output_mask(inputs: RecordedInputs) -> Optional[List[bool]]:
 
 
 # -- attention -----------------------------------------------------------------------------
-def _attention(inputs: RecordedInputs) -> Optional[int]:
-    q, k, v = (_shape(inputs, i) for i in range(3))
-    if q is None or k is None or v is None or not len(q) == len(k) == len(v) == 4:
+# opscope's own formulas, not torch's registry: torch 2.4 to 2.12 assert that the
+# query and key have as many heads, so a grouped-query call (``enable_gqa``, fewer key
+# and value heads) got no count. Every query head attends over the keys of its group,
+# so both formulas use the query's head count, as torch 2.13+ does.
+def _attention_dims(q, k, v) -> Optional[tuple]:
+    """(batch * query heads, s_q, s_k, d_qk, d_v) of a [b, h, s, d] attention, or None."""
+    if any(s is None or len(s) != 4 for s in (q, k, v)):
         return None
-    return _torch_formula("_scaled_dot_product_flash_attention")(q, k, v)
+    (b, h_q, s_q, d_q), (b_k, h_k, s_k, d_k), (b_v, h_v, s_v, d_v) = q, k, v
+    if not (b == b_k == b_v and h_k == h_v and s_k == s_v and d_q == d_k):
+        raise ValueError(f"attention shapes do not fit: q={q} k={k} v={v}")
+    if h_k <= 0 or h_q % h_k != 0:
+        raise ValueError(f"query heads {h_q} are not a multiple of key heads {h_k}")
+    return b * h_q, s_q, s_k, d_q, d_v
+
+
+def attention_flops(q, k, v) -> Optional[int]:
+    """Forward FLOPs of ``softmax(q @ k^T) @ v`` on [batch, heads, seq, dim] shapes.
+
+    Two matrix products per query head: scores (s_q x d x s_k) and output
+    (s_q x s_k x d_v), 2 FLOPs per multiply-add. Key/value heads may be fewer than
+    query heads (grouped-query attention).
+
+    >>> attention_flops([2, 4, 6, 8], [2, 2, 7, 8], [2, 2, 7, 8])  # 2*8*6*7*(8+8)
+    10752
+    """
+    dims = _attention_dims(q, k, v)
+    if dims is None:
+        return None
+    bh, s_q, s_k, d_qk, d_v = dims
+    return 2 * bh * s_q * s_k * (d_qk + d_v)
+
+
+def attention_backward_flops(grad_out, q, k, v) -> Optional[int]:
+    """Backward FLOPs of attention: the scores recomputed, then the gradients of the
+    scores, of v, of q and of k: five products, three over d_qk and two over d_v.
+
+    >>> attention_backward_flops([2, 4, 6, 8], [2, 4, 6, 8], [2, 2, 7, 8], [2, 2, 7, 8])
+    26880
+    """
+    dims = _attention_dims(q, k, v)
+    if dims is None or grad_out is None or len(grad_out) != 4:
+        return None
+    bh, s_q, s_k, d_qk, d_v = dims
+    if list(grad_out) != [q[0], q[1], s_q, d_v]:
+        raise ValueError(f"attention gradient shape {grad_out} does not fit q={q} v={v}")
+    return 2 * bh * s_q * s_k * (3 * d_qk + 2 * d_v)
+
+
+def _attention(inputs: RecordedInputs) -> Optional[int]:
+    return attention_flops(*(_shape(inputs, i) for i in range(3)))
 
 
 def _attention_backward(inputs: RecordedInputs) -> Optional[int]:
-    go, q, k, v = (_shape(inputs, i) for i in range(4))
-    if any(s is None or len(s) != 4 for s in (go, q, k, v)):
-        return None
-    return _torch_formula("_scaled_dot_product_flash_attention_backward")(go, q, k, v)
+    return attention_backward_flops(*(_shape(inputs, i) for i in range(4)))
 
 
 def _elementwise(inputs: RecordedInputs) -> Optional[int]:
@@ -252,6 +307,20 @@ CONV_BACKWARD = "aten::convolution_backward"
 COUNTED_OPS = frozenset(FORMULAS) | {CONV_BACKWARD}
 
 
+_FORMULA_ERRORS = (AssertionError, ValueError, TypeError, IndexError, ZeroDivisionError)
+
+
+def _op_flops_or_raise(name: str, inputs: Optional[RecordedInputs],
+                       output_mask: Optional[Sequence[bool]]) -> Optional[int]:
+    """op_flops, but shapes that a formula rejects raise (one of _FORMULA_ERRORS)."""
+    if inputs is None or name not in COUNTED_OPS:
+        return None
+    if name == CONV_BACKWARD:
+        mask = recorded_output_mask(inputs) or output_mask or (True, True, True)
+        return _convolution_backward(inputs, mask)
+    return FORMULAS[name](inputs)
+
+
 def op_flops(name: str, inputs: Optional[RecordedInputs],
              output_mask: Optional[Sequence[bool]] = None) -> Optional[int]:
     """FLOPs of one op from its recorded inputs; None when there is no formula or data.
@@ -259,22 +328,47 @@ def op_flops(name: str, inputs: Optional[RecordedInputs],
     ``output_mask`` is for ``aten::convolution_backward`` when its recorded inputs
     lack it (default: every gradient computed).
     """
-    if inputs is None or name not in COUNTED_OPS:
-        return None
     try:
-        if name == CONV_BACKWARD:
-            mask = recorded_output_mask(inputs) or output_mask or (True, True, True)
-            return _convolution_backward(inputs, mask)
-        return FORMULAS[name](inputs)
-    except (AssertionError, ValueError, TypeError, IndexError, ZeroDivisionError):
+        return _op_flops_or_raise(name, inputs, output_mask)
+    except _FORMULA_ERRORS:
         return None  # shapes that do not fit the formula (torch would reject the op)
+
+
+class _Rejections:
+    """Counted ops whose recorded shapes a formula rejected: reported in one warning,
+    so that an op that ran is never given 0 FLOPs silently."""
+
+    def __init__(self):
+        self.names: List[str] = []
+        self.first: Optional[str] = None
+
+    def flops(self, name: str, inputs: RecordedInputs,
+              output_mask: Optional[Sequence[bool]] = None) -> Optional[int]:
+        try:
+            return _op_flops_or_raise(name, inputs, output_mask)
+        except _FORMULA_ERRORS as e:
+            if name not in self.names:
+                self.names.append(name)
+            if self.first is None:
+                self.first = f"{name} with input shapes {inputs.shapes}: " \
+                             f"{type(e).__name__}: {e}".replace("\n", " ")
+            return None
+
+    def warn(self) -> None:
+        if not self.names:
+            return
+        ops = ", ".join(self.names)
+        warnings.warn(f"opscope with_flops: no FLOP count for {ops}: the recorded shapes "
+                      f"do not fit the formula (first: {self.first})", RuntimeWarning,
+                      stacklevel=2)
 
 
 # -- per event ---------------------------------------------------------------------------------
 def event_flops(table: EventTable) -> np.ndarray:
     """FLOPs of every event (int64, 0 where none), each FLOP on the innermost counted op.
 
-    Needs recorded inputs (``with_flops`` makes the collector record them).
+    Needs recorded inputs (``with_flops`` makes the collector record them). A counted
+    op whose shapes its formula rejects gets 0 and one RuntimeWarning names it.
     """
     n = len(table)
     flops = np.zeros(n, dtype=np.int64)
@@ -287,19 +381,21 @@ def event_flops(table: EventTable) -> np.ndarray:
     rows = np.flatnonzero(np.isin(table.name_id, counted_ids))
     sig, decoded = table.input_signatures()
     cache: Dict[tuple, Optional[int]] = {}
+    rejections = _Rejections()
     conv_backward_id = table.symbols.id_of(CONV_BACKWARD)
     for row in rows.tolist():
         name_id, s = int(table.name_id[row]), int(sig[row])
         if s < 0:
             continue
         if name_id == conv_backward_id and recorded_output_mask(decoded[s]) is None:
-            flops[row] = op_flops(CONV_BACKWARD, decoded[s],
-                                  _conv_backward_mask(table, row, decoded[s])) or 0
+            flops[row] = rejections.flops(CONV_BACKWARD, decoded[s],
+                                          _conv_backward_mask(table, row, decoded[s])) or 0
             continue
         key = (name_id, s)
         if key not in cache:
-            cache[key] = op_flops(names[name_id], decoded[s])
+            cache[key] = rejections.flops(names[name_id], decoded[s])
         flops[row] = cache[key] or 0
+    rejections.warn()
     # a composite op whose recorded kernel already counts gets nothing itself
     flops[has_marked_descendant(table.parent, flops > 0)] = 0
     return flops
