@@ -445,16 +445,30 @@ struct Layout310 {
 constexpr char kOwnedByGenerator = 1;
 constexpr char kOwnedByCStack = 3;  // 3.12+: the shim frame at each C entry
 
-// A frame has started once its instruction pointer reached the code's first
-// traceable instruction (CPython's _PyFrame_IsIncomplete); generators' frames
-// always have. Returns the byte offset, or -1.
+// A frame has started once its instruction reached the code's first
+// traceable one (CPython's _PyFrame_IsIncomplete); a generator's frame always
+// has. units: the instruction's index in code units. Returns its byte offset, or -1.
 template <class Code>
-int started_lasti(const PyObject* code_obj, const void* instr, char owner) {
+int started_lasti(const PyObject* code_obj, int units, char owner) {
   auto* code = reinterpret_cast<const Code*>(code_obj);
-  auto* first = reinterpret_cast<const uint16_t*>(code->co_code_adaptive);
-  auto* at = static_cast<const uint16_t*>(instr);
-  if (owner != kOwnedByGenerator && at < first + code->_co_firsttraceable) return -1;
-  return int(at - first) * 2;
+  if (owner != kOwnedByGenerator && units < code->_co_firsttraceable) return -1;
+  return units * 2;
+}
+
+// 3.11: the instruction pointer's index in code units, read from the frame.
+template <class Code>
+int units_from_first(const PyObject* code_obj, const void* instr) {
+  auto* code = reinterpret_cast<const Code*>(code_obj);
+  return int(static_cast<const uint16_t*>(instr) -
+             reinterpret_cast<const uint16_t*>(code->co_code_adaptive));
+}
+
+// 3.12+: CPython's own public PyUnstable_InterpreterFrame_GetLasti (bytes), which
+// reads and allocates nothing else. Called as interpreter_units<Code>(f) from a
+// row's view, so that the name is looked up only in the row chosen (3.11 lacks it).
+template <class Dependent, class IF = struct _PyInterpreterFrame, class F>
+int interpreter_units(const F* f) {
+  return PyUnstable_InterpreterFrame_GetLasti(reinterpret_cast<IF*>(const_cast<F*>(f))) / 2;
 }
 
 struct Layout311 {
@@ -479,7 +493,8 @@ struct Layout311 {
   template <class Code> static FrameView view(const Frame* f) {
     PyObject* code = reinterpret_cast<PyObject*>(f->f_code);
     if (code == nullptr) return FrameView{nullptr, -1};
-    return FrameView{f->f_code, started_lasti<Code>(code, f->prev_instr, f->owner)};
+    int units = units_from_first<Code>(code, f->prev_instr);
+    return FrameView{f->f_code, started_lasti<Code>(code, units, f->owner)};
   }
 };
 
@@ -505,7 +520,7 @@ struct Layout312 {
   template <class Code> static FrameView view(const Frame* f) {
     PyObject* code = reinterpret_cast<PyObject*>(f->f_code);
     if (f->owner == kOwnedByCStack || code == nullptr) return FrameView{nullptr, -1};
-    return FrameView{f->f_code, started_lasti<Code>(code, f->prev_instr, f->owner)};
+    return FrameView{f->f_code, started_lasti<Code>(code, interpreter_units<Code>(f), f->owner)};
   }
 };
 
@@ -534,7 +549,7 @@ struct Layout313 {
       return FrameView{nullptr, -1};
     }
     return FrameView{reinterpret_cast<PyCodeObject*>(code),
-                     started_lasti<Code>(code, f->instr_ptr, f->owner)};
+                     started_lasti<Code>(code, interpreter_units<Code>(f), f->owner)};
   }
 };
 
