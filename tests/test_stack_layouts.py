@@ -188,7 +188,14 @@ def test_unknown_layout_warns_once_in_one_line_and_still_profiles(native_only, m
     assert len(shown) == 1
     message = str(shown[0].message)
     assert "\n" not in message and "with_stack" in message
-    assert sys.version.split()[0] in message
+    assert "OPSCOPE_NO_FRAME_WALK is set" in message
+
+
+def test_the_warning_names_the_python_whose_layout_is_unknown(monkeypatch):
+    monkeypatch.delenv("OPSCOPE_NO_FRAME_WALK", raising=False)
+    message = native.stacks_off_message()
+    assert f"Python {sys.version.split()[0]}" in message and "frame layout" in message
+    assert "stacks are off" in message and "\n" not in message
 
 
 def test_no_warning_without_with_stack_or_with_a_known_layout(native_only, monkeypatch):

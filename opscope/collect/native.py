@@ -26,6 +26,8 @@ from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSessi
 
 # Set once the "stacks are off" warning was shown: it is shown once per process.
 _stack_warning_shown = False
+# Set (to anything): the observer reads no Python frames, as on an unknown layout.
+NO_FRAME_WALK_ENV = "OPSCOPE_NO_FRAME_WALK"
 
 
 def stacks_off_message() -> str:
@@ -34,11 +36,14 @@ def stacks_off_message() -> str:
     >>> "stacks are off" in stacks_off_message()
     True
     """
-    build = sys.version.split()[0]
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        build += " (free-threaded)"
-    return (f"opscope: with_stack=True: the native observer does not know Python {build}'s "
-            f"frame layout, so stacks are off (ops are still recorded; "
+    if os.environ.get(NO_FRAME_WALK_ENV) is not None:
+        why = f"{NO_FRAME_WALK_ENV} is set"
+    else:
+        build = sys.version.split()[0]
+        if sysconfig.get_config_var("Py_GIL_DISABLED"):
+            build += " (free-threaded)"
+        why = f"the native observer does not know Python {build}'s frame layout"
+    return (f"opscope: with_stack=True: {why}, so stacks are off (ops are still recorded; "
             f"OPSCOPE_COLLECTOR=python records stacks, more slowly)")
 
 
