@@ -10,7 +10,10 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 import time
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -19,6 +22,38 @@ from opscope.arguments import check_name
 from opscope.collect.native_build import load_native
 from opscope.collect.stack_frames import stack_table
 from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSession
+
+
+# Set once the "stacks are off" warning was shown: it is shown once per process.
+_stack_warning_shown = False
+# Set (to anything): the observer reads no Python frames, as on an unknown layout.
+NO_FRAME_WALK_ENV = "OPSCOPE_NO_FRAME_WALK"
+
+
+def stacks_off_message() -> str:
+    """The one line shown when ``with_stack`` cannot read this Python's frames.
+
+    >>> "stacks are off" in stacks_off_message()
+    True
+    """
+    if os.environ.get(NO_FRAME_WALK_ENV) is not None:
+        why = f"{NO_FRAME_WALK_ENV} is set"
+    else:
+        build = sys.version.split()[0]
+        if sysconfig.get_config_var("Py_GIL_DISABLED"):
+            build += " (free-threaded)"
+        why = f"the native observer does not know Python {build}'s frame layout"
+    return (f"opscope: with_stack=True: {why}, so stacks are off (ops are still recorded; "
+            f"OPSCOPE_COLLECTOR=python records stacks, more slowly)")
+
+
+def warn_stacks_off_once(ext: Any) -> None:
+    """Warns once per process when the observer cannot walk Python frames."""
+    global _stack_warning_shown
+    if _stack_warning_shown or ext.frame_walk_supported():
+        return
+    _stack_warning_shown = True
+    warnings.warn(stacks_off_message(), RuntimeWarning, stacklevel=2)
 
 
 class NativeCollector:
@@ -41,6 +76,8 @@ class NativeCollector:
 
     def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
               with_stack: bool = False) -> None:
+        if with_stack:
+            warn_stacks_off_once(self._ext)
         self._epoch_offset_ns = time.time_ns() - self.now_ns()
         self._ext.start(bool(record_shapes), bool(profile_memory), bool(with_stack))
         self._start_ns = self.now_ns()

@@ -26,6 +26,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -393,45 +394,209 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
 // frames instead: while this thread is inside an op, its Python frames are
 // suspended below it and no other thread touches them, and each frame holds
 // its code object. Only immutable fields are read; nothing is allocated or
-// reference-counted. The frame layout is CPython's (3.11 and 3.12).
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
-#define OPSCOPE_HAS_FRAME_WALK 1
-#if PY_VERSION_HEX < 0x030C0000
-struct InterpFrame {  // CPython 3.11 _PyInterpreterFrame (head)
-  PyObject* f_func;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyCodeObject* f_code;
-  PyObject* frame_obj;
-  InterpFrame* previous;
-  _Py_CODEUNIT* prev_instr;
-  int stacktop;
-  bool is_entry;
-  char owner;
-};
-constexpr char kOwnedByCStack = 3;
-#else
-struct InterpFrame {  // CPython 3.12 _PyInterpreterFrame (head)
-  PyCodeObject* f_code;
-  InterpFrame* previous;
-  PyObject* f_funcobj;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyObject* frame_obj;
-  _Py_CODEUNIT* prev_instr;
-  int stacktop;
-  uint16_t return_offset;
-  char owner;
-};
-constexpr char kOwnedByCStack = 3;
-#endif
-#else
-#define OPSCOPE_HAS_FRAME_WALK 0
-#endif
+// reference-counted (so PyUnstable_InterpreterFrame_GetCode, which increfs,
+// is not used).
+//
+// The frame layout differs per CPython minor version: FrameLayouts below is
+// the table, one row per layout. Adding a version is adding one row. A row's
+// members that name version-specific fields (tstate->frame, ->cframe,
+// co_code_adaptive...) are templates, so they compile only for the row
+// chosen for the Python being built against.
+// (tests/test_stack_layouts.py compiles the region between the
+// OPSCOPE-FRAME-WALK markers alone against each installed CPython.)
+// OPSCOPE-FRAME-WALK-BEGIN
 
-bool frame_walk_supported() { return OPSCOPE_HAS_FRAME_WALK != 0; }
+// What the walk needs from one frame. code == nullptr: not a Python frame
+// (a C-stack shim); lasti < 0: the frame has not started running yet.
+struct FrameView {
+  PyCodeObject* code;
+  int lasti;  // byte offset of the current instruction, as PyCode_Addr2Line takes it
+};
+
+// CPython 3.10: PyFrameObject objects linked by f_back; f_lasti counts code units.
+struct Layout310 {
+  static constexpr long kFirst = 0x030A0000, kEnd = 0x030B0000;
+  struct Frame {  // head of 3.10's struct _frame (Include/cpython/frameobject.h)
+    PyVarObject ob_base;
+    Frame* f_back;
+    PyCodeObject* f_code;
+    PyObject* f_builtins;
+    PyObject* f_globals;
+    PyObject* f_locals;
+    PyObject** f_valuestack;
+    PyObject* f_trace;
+    int f_stackdepth;
+    char f_trace_lines;
+    char f_trace_opcodes;
+    PyObject* f_gen;
+    int f_lasti;  // -1 until the first instruction runs
+  };
+  template <class TS> static const Frame* top(TS* t) {
+    return reinterpret_cast<const Frame*>(t->frame);
+  }
+  static const Frame* next(const Frame* f) { return f->f_back; }
+  template <class Code> static FrameView view(const Frame* f) {
+    return FrameView{f->f_code, f->f_lasti < 0 ? -1 : f->f_lasti * 2};
+  }
+};
+
+// 3.11 to 3.13: _PyInterpreterFrame (Include/internal/pycore_frame.h), from
+// tstate->cframe->current_frame (3.11, 3.12) or tstate->current_frame (3.13).
+constexpr char kOwnedByGenerator = 1;
+constexpr char kOwnedByCStack = 3;  // 3.12+: the shim frame at each C entry
+
+// A frame has started once its instruction reached the code's first
+// traceable one (CPython's _PyFrame_IsIncomplete); a generator's frame always
+// has. units: the instruction's index in code units. Returns its byte offset, or -1.
+template <class Code>
+int started_lasti(const PyObject* code_obj, int units, char owner) {
+  auto* code = reinterpret_cast<const Code*>(code_obj);
+  if (owner != kOwnedByGenerator && units < code->_co_firsttraceable) return -1;
+  return units * 2;
+}
+
+// 3.11: the instruction pointer's index in code units, read from the frame.
+template <class Code>
+int units_from_first(const PyObject* code_obj, const void* instr) {
+  auto* code = reinterpret_cast<const Code*>(code_obj);
+  return int(static_cast<const uint16_t*>(instr) -
+             reinterpret_cast<const uint16_t*>(code->co_code_adaptive));
+}
+
+// 3.12+: CPython's own public PyUnstable_InterpreterFrame_GetLasti (bytes), which
+// reads and allocates nothing else. Called as interpreter_units<Code>(f) from a
+// row's view, so that the name is looked up only in the row chosen (3.11 lacks it).
+template <class Dependent, class IF = struct _PyInterpreterFrame, class F>
+int interpreter_units(const F* f) {
+  return PyUnstable_InterpreterFrame_GetLasti(reinterpret_cast<IF*>(const_cast<F*>(f))) / 2;
+}
+
+struct Layout311 {
+  static constexpr long kFirst = 0x030B0000, kEnd = 0x030C0000;
+  struct Frame {  // 3.11 _PyInterpreterFrame (head)
+    PyObject* f_func;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyCodeObject* f_code;
+    PyObject* frame_obj;
+    Frame* previous;
+    void* prev_instr;
+    int stacktop;
+    bool is_entry;
+    char owner;
+  };
+  template <class TS> static const Frame* top(TS* t) {
+    return t->cframe == nullptr ? nullptr : reinterpret_cast<const Frame*>(t->cframe->current_frame);
+  }
+  static const Frame* next(const Frame* f) { return f->previous; }
+  template <class Code> static FrameView view(const Frame* f) {
+    PyObject* code = reinterpret_cast<PyObject*>(f->f_code);
+    if (code == nullptr) return FrameView{nullptr, -1};
+    int units = units_from_first<Code>(code, f->prev_instr);
+    return FrameView{f->f_code, started_lasti<Code>(code, units, f->owner)};
+  }
+};
+
+struct Layout312 {
+  static constexpr long kFirst = 0x030C0000, kEnd = 0x030D0000;
+  struct Frame {  // 3.12 _PyInterpreterFrame (head)
+    PyCodeObject* f_code;
+    Frame* previous;
+    PyObject* f_funcobj;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyObject* frame_obj;
+    void* prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+  };
+  template <class TS> static const Frame* top(TS* t) {
+    return t->cframe == nullptr ? nullptr : reinterpret_cast<const Frame*>(t->cframe->current_frame);
+  }
+  static const Frame* next(const Frame* f) { return f->previous; }
+  template <class Code> static FrameView view(const Frame* f) {
+    PyObject* code = reinterpret_cast<PyObject*>(f->f_code);
+    if (f->owner == kOwnedByCStack || code == nullptr) return FrameView{nullptr, -1};
+    return FrameView{f->f_code, started_lasti<Code>(code, interpreter_units<Code>(f), f->owner)};
+  }
+};
+
+struct Layout313 {
+  static constexpr long kFirst = 0x030D0000, kEnd = 0x030E0000;
+  struct Frame {  // 3.13 _PyInterpreterFrame (head)
+    PyObject* f_executable;  // the code object, or None in a C-stack shim
+    Frame* previous;
+    PyObject* f_funcobj;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyObject* frame_obj;
+    void* instr_ptr;  // the instruction executing now
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+  };
+  template <class TS> static const Frame* top(TS* t) {
+    return reinterpret_cast<const Frame*>(t->current_frame);
+  }
+  static const Frame* next(const Frame* f) { return f->previous; }
+  template <class Code> static FrameView view(const Frame* f) {
+    PyObject* code = f->f_executable;
+    if (f->owner == kOwnedByCStack || code == nullptr || !PyCode_Check(code)) {
+      return FrameView{nullptr, -1};
+    }
+    return FrameView{reinterpret_cast<PyCodeObject*>(code),
+                     started_lasti<Code>(code, interpreter_units<Code>(f), f->owner)};
+  }
+};
+
+// The first row whose [kFirst, kEnd) holds the Python built against; void if none.
+template <class... Rows> struct PickLayout { using type = void; };
+template <class Row, class... Rows> struct PickLayout<Row, Rows...> {
+  using type = typename std::conditional<(PY_VERSION_HEX >= Row::kFirst && PY_VERSION_HEX < Row::kEnd),
+                                         Row, typename PickLayout<Rows...>::type>::type;
+};
+using FrameLayouts = PickLayout<Layout310, Layout311, Layout312, Layout313>;
+
+#ifdef Py_GIL_DISABLED
+constexpr bool kFreeThreaded = true;  // frames and code objects differ there
+#else
+constexpr bool kFreeThreaded = false;
+#endif
+using FrameLayout = typename std::conditional<kFreeThreaded, void, FrameLayouts::type>::type;
+constexpr bool kLayoutKnown = !std::is_void<FrameLayout>::value;
+
+// The calling thread's frames, innermost first, into out[0, cap). Returns
+// how many; 0 when the thread runs no Python or the layout is unknown.
+template <class L>
+int walk_frames_with(PyThreadState* tstate, FrameView* out, int cap) {
+  int n = 0;
+  for (auto* f = L::top(tstate); f != nullptr && n < cap; f = L::next(f)) {
+    FrameView v = L::template view<PyCodeObject>(f);
+    if (v.code != nullptr && v.lasti >= 0) out[n++] = v;
+  }
+  return n;
+}
+template <>
+int walk_frames_with<void>(PyThreadState*, FrameView*, int) { return 0; }
+
+int walk_frames(FrameView* out, int cap) {
+  PyThreadState* tstate = PyGILState_GetThisThreadState();
+  if (tstate == nullptr) return 0;
+  return walk_frames_with<FrameLayout>(tstate, out, cap);
+}
+// OPSCOPE-FRAME-WALK-END
+
+// OPSCOPE_NO_FRAME_WALK=1 turns stacks off as on an unknown layout (what
+// tests use to check the warning), read at each start().
+bool g_frame_walk_on = kLayoutKnown;
+
+bool frame_walk_supported() {
+  return kLayoutKnown && std::getenv("OPSCOPE_NO_FRAME_WALK") == nullptr;
+}
 
 // Text of a str object, read without the GIL: compact strings only (all
 // identifiers and almost every path); anything else gives "?".
@@ -470,21 +635,15 @@ std::string unicode_text(PyObject* o) {
 // The Python stack of the calling thread, interned in its buffer: kNoStack
 // when the thread runs no Python (autograd workers, pool threads).
 uint32_t capture_stack(ThreadBuffer& buf) {
-#if OPSCOPE_HAS_FRAME_WALK
-  PyThreadState* tstate = PyGILState_GetThisThreadState();
-  if (tstate == nullptr || tstate->cframe == nullptr) return kNoStack;
-  auto* frame = reinterpret_cast<InterpFrame*>(tstate->cframe->current_frame);
+  if (!g_frame_walk_on) return kNoStack;
+  FrameView views[kMaxStackDepth];
+  int n = walk_frames(views, kMaxStackDepth);
   FrameKey keys[kMaxStackDepth];
-  int n = 0;
   uint64_t h = 1469598103934665603ULL;
-  for (; frame != nullptr && n < kMaxStackDepth; frame = frame->previous) {
-    PyCodeObject* code = frame->f_code;
-    if (frame->owner == kOwnedByCStack || code == nullptr) continue;
-    _Py_CODEUNIT* first = _PyCode_CODE(code);
-    if (frame->prev_instr < first + code->_co_firsttraceable) continue;  // not started yet
-    int lasti = int(frame->prev_instr - first) * int(sizeof(_Py_CODEUNIT));
-    keys[n++] = FrameKey{code, lasti, code->co_filename, code->co_name};
-    h = mix(mix(h, reinterpret_cast<uintptr_t>(code)), uint64_t(lasti));
+  for (int i = 0; i < n; ++i) {
+    PyCodeObject* code = views[i].code;
+    keys[i] = FrameKey{code, views[i].lasti, code->co_filename, code->co_name};
+    h = mix(mix(h, reinterpret_cast<uintptr_t>(code)), uint64_t(views[i].lasti));
   }
   if (n == 0) return kNoStack;
   auto& bucket = buf.stack_by_hash[h];
@@ -512,10 +671,6 @@ uint32_t capture_stack(ThreadBuffer& buf) {
   buf.stack_begin.push_back(uint32_t(buf.stack_frames.size()));
   bucket.push_back(id);
   return id;
-#else
-  (void)buf;
-  return kNoStack;
-#endif
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -651,6 +806,7 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
   s->generation = ++g_last_generation;
   s->record_shapes = record_shapes;
   s->with_stack = with_stack;
+  g_frame_walk_on = frame_walk_supported();  // published by the generation store below
   g_session = s;
   if (profile_memory) {
     push_reporter();
@@ -918,5 +1074,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("RECORD_SIZE") = int(sizeof(Record));
   m.attr("MEMORY_RECORD_SIZE") = int(sizeof(MemRecord));
   m.def("frame_walk_supported", &frame_walk_supported,
-        "True when with_stack can read Python frames on this Python version");
+        "True when with_stack can read Python frames on this Python (its frame "
+        "layout is in FrameLayouts, and OPSCOPE_NO_FRAME_WALK is unset)");
 }
