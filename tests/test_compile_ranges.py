@@ -119,10 +119,12 @@ def test_compiled_model_names_and_counts_equal_torch_profiler(compiled_step, nat
     for (name, _), n in ours.items():
         names[name] += n
     assert any(name.startswith("Torch-Compiled Region") for name in names), sorted(names)
-    # torch.__version__ is a TorchVersion: compares as a version, not as a str.
-    # The three ranges exist since 2.8 (2.4 has none of them).
+    # Which compile ranges exist depends on the version (2.4: none; 2.8: no
+    # "## Call CompiledFxGraph"): torch's own rows above are the measure. Since 2.8
+    # some exist, so the comparison covers them. (torch.__version__ is a
+    # TorchVersion: it compares as a version, not as a str.)
     if torch.__version__ >= "2.8":
-        assert len(compile_ranges(names)) >= 3, sorted(names)
+        assert compile_ranges(names), sorted(names)
 
 
 def test_python_collector_records_the_compile_ranges(compiled_step, monkeypatch):
@@ -198,6 +200,8 @@ def test_a_fast_range_is_recorded_once_with_both_profilers(native_only):
             torch._C._profiler._RecordFunctionFast(3)
 
 
+# the child only reads two attributes and writes to a pipe: no lock it could need
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_forked_child_sees_no_profiler(native_only):
     if not hasattr(os, "fork"):
         pytest.skip("no os.fork on this platform")

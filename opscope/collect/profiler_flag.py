@@ -15,7 +15,9 @@ C++ profiler state exists (a RecordFunction observer like opscope's never sees
 them otherwise). Every caller looks the class up on ``torch._C._profiler`` at the
 call, so while opscope records it is replaced by ``FastRange``: with torch's
 profiler on it is torch's class (torch and opscope both see the range, as
-before); else the range is opened on opscope's collector.
+before); else the range is opened on opscope's collector, in the scope torch
+would give it (function scope; user scope for ``scope="user_scope"`` when shapes
+are recorded), so its key_averages row and trace category are torch's too.
 
 While opscope records, the flag is held True. torch.profiler stopping inside an
 opscope recording would clear it, so during the recording torch's
