@@ -28,6 +28,7 @@ from opscope.analysis.aggregate import session_key_averages
 from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
+from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.event_list import EventList, ModuleList
 from opscope.itt import take_marks
 from opscope.model.session import OPTION_NAMES, ProfileSession
@@ -70,6 +71,7 @@ def _forget_parent_profiler() -> None:
     _active_lock = threading.Lock()
     prof, _active = _active, None
     set_recording_collector(None)
+    TORCH_FLAG.lower_flag()  # the child records nothing of the parent's
     if prof is not None:
         try:
             prof._detach_after_fork()
@@ -287,6 +289,7 @@ class profile:
         StepTracker.erase_step_count(PROFILER_STEP_NAME)
         if self._recording:
             set_recording_collector(None)
+            TORCH_FLAG.lower_flag()
             self._recording = False
             try:
                 self._collector.stop()
@@ -344,6 +347,8 @@ class profile:
             self._sightings.install()
         self._recording = True
         set_recording_collector(self._collector)
+        # so torch.compile'd code emits its ranges, as under torch.profiler
+        TORCH_FLAG.raise_flag(self._collector, self.record_shapes or self.with_flops)
         if self.with_modules:
             from opscope.collect.module_hooks import ModuleRanges
 
@@ -371,6 +376,7 @@ class profile:
             return
         module_ranges = self._take_module_ranges()
         set_recording_collector(None)
+        TORCH_FLAG.lower_flag()
         self._recording = False
         sightings = self._drop_sightings()
         raw = self._collector.stop()

@@ -121,10 +121,11 @@ class NativeCollector:
         return int(self._ext.held_record_bytes())
 
     # User ranges as real at::RecordFunction scopes, seen by every observer.
-    def range_push(self, name: str) -> int:
+    def range_push(self, name: str, user_scope: bool = True) -> int:
         # A NUL or a lone surrogate could not be recorded exactly: refused
         # before anything is pushed (observer.cpp refuses a NUL too).
-        return int(self._ext.range_push(check_name("record_function", "name", name)))
+        return int(self._ext.range_push(check_name("record_function", "name", name),
+                                        bool(user_scope)))
 
     def range_pop(self, handle: int) -> None:
         self._ext.range_pop(handle)

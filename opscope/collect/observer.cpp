@@ -1015,12 +1015,14 @@ int64_t held_record_bytes() {
 // A user range as a real at::RecordFunction, so every observer sees it. The
 // name arrives with its length (pybind11 keeps NULs in a std::string), but
 // observers read it as a C string: a NUL is refused here, always, rather
-// than cut silently.
-int64_t range_push(const std::string& name) {
+// than cut silently. torch's own fast ranges from compiled code are
+// function scope unless they ask for user scope (profiler_flag.py).
+int64_t range_push(const std::string& name, bool user_scope) {
   if (name.find('\0') != std::string::npos) {
     throw std::invalid_argument("opscope range_push: name must not contain a NUL character");
   }
-  auto rf = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+  auto rf = std::make_unique<at::RecordFunction>(
+      user_scope ? at::RecordScope::USER_SCOPE : at::RecordScope::FUNCTION);
   if (rf->isActive()) {
     rf->before(name);
   }
@@ -1066,7 +1068,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("held_record_bytes", &held_record_bytes,
         "Bytes of record chunks still held (call while not recording)");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
-  m.def("range_push", &range_push);
+  m.def("range_push", &range_push, py::arg("name"), py::arg("user_scope") = true);
   m.def("range_pop", &range_pop);
   m.def("empty_observer_start", &empty_observer_start, py::arg("needs_inputs") = false,
         "Register a do-nothing global callback (benchmarks: RecordFunction's own cost)");

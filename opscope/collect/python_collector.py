@@ -42,8 +42,8 @@ What it misses compared with torch.profiler:
 - Ops on threads that never joined: threads that ran before ``start`` and
   enter none of the above (on Python < 3.12), threads with a mode of their own
   already pushed, and C++ threads.
-- Ranges from ``torch._C._profiler._RecordFunctionFast`` and C++
-  ``RECORD_FUNCTION``; a ``record_function`` whose end was moved to a future
+- C++ ``RECORD_FUNCTION`` ranges (``_RecordFunctionFast`` ones are recorded, as
+  user ranges: profiler_flag.py); a ``record_function`` whose end was moved to a future
   (``_call_end_callbacks_on_future``) ends at ``__exit__`` here.
 - An op still running on another thread at the moment of ``stop``.
 - The inside of a higher-order op (``torch.cond``): one record, named ``cond``.
