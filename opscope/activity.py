@@ -94,10 +94,10 @@ def resolve_activities(activities: Optional[Iterable[Any]],
     {<ProfilerActivity.CPU: 0>}
     >>> resolve_activities([{ProfilerActivity.CPU: None}])
     {<ProfilerActivity.CPU: 0>}
-    >>> resolve_activities(5)
+    >>> resolve_activities(5)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: profile: activities must be an iterable of ProfilerActivity or {ProfilerActivity: ProfilerActivityConfig} dicts (e.g. [ProfilerActivity.CPU]), got int 5
+    TypeError: profile: activities must be an iterable of ProfilerActivity or ..., got int 5
     """
     return resolve_activity_configs(activities, use_cuda, where)[0]
 

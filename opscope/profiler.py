@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from opscope.activity import ProfilerActivity, resolve_activity_configs
+from opscope.activity import resolve_activity_configs
 from opscope.arguments import check_bool, check_callable, check_int, check_name
 from opscope.arguments import check_path
 from opscope.analysis.aggregate import session_key_averages

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _len_torch_dispatch_stack
+from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
 import opscope
 from opscope.collect.python_collector import PythonCollector, _OpMode
@@ -77,9 +77,10 @@ def test_cond_twice_and_after_stop():
 def test_cond_under_opscope_profile_with_the_python_collector(monkeypatch):
     monkeypatch.setenv("OPSCOPE_COLLECTOR", "python")
     x = torch.ones(4)
+    expected = _branching(x)  # torch 2.4 to 2.8 compile cond at its first call: not here
     with opscope.profile() as prof:
         out = _branching(x)
-    assert torch.equal(out, _branching(x))
+    assert torch.equal(out, expected)
     counts = {row.key: row.count for row in prof.key_averages()}
     assert counts.get("cond") == 1 and counts.get("aten::mul") == 1
 
@@ -94,24 +95,6 @@ def test_routing_is_idempotent_and_only_where_torch_needs_it():
     for hop in _higher_order_ops.values():
         table = getattr(hop, "python_key_table", getattr(hop, "python_key_mode_table", {}))
         assert _OpMode in table, f"no rule for {hop}"
-
-
-def test_other_modes_are_left_as_torch_has_them():
-    class Plain(TorchDispatchMode):  # no HOP support declared, no rule registered
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    route_higher_order_ops(_OpMode)
-    x = torch.ones(2)
-    try:
-        with Plain():
-            out = torch.cond(torch.tensor(True), torch.sin, torch.cos, (x,))
-    except (AssertionError, NotImplementedError):
-        # torch raises for a mode it has no rule for (2.4 to 2.8 and newer):
-        # opscope's rule is for its own mode only
-        assert not getattr(Plain, "supports_higher_order_operators", False)
-    else:
-        assert torch.equal(out, torch.sin(x))
 
 
 def test_compiled_code_first_met_while_recording_compiles_afterwards():

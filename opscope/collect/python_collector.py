@@ -452,7 +452,7 @@ class PythonCollector:
         try:
             route_higher_order_ops(_OpMode)
             rec.prime()  # imports torch._dynamo, whose registry dynamo_codes wraps
-            rec.dynamo_codes.install()
+            rec.dynamo_codes.install(rec.mode)
             rec.install()
         except BaseException:
             try:

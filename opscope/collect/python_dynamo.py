@@ -6,16 +6,18 @@ skipped for good. So a ``torch.compile``'d function first called while the
 Python collector recorded stays eager after ``stop()``, and ``torch.cond``
 (compiled internally on each call) raises ``Unsupported`` on every later call.
 
-``DynamoCodesMet`` notes each code dynamo's frame callback meets while
-recording (through dynamo's own registry of them, ``input_codes``) and, at
-stop, sets those codes back to dynamo's default strategy, keeping what they
-compiled; a code skipped for a good reason is just skipped again after one
-more look. Where dynamo lacks these internals, nothing is done.
+``DynamoCodesMet`` notes each code dynamo's frame callback meets while our
+mode is on the stack (through dynamo's own registry of them, ``input_codes``)
+and, at stop, sets those codes back to dynamo's default strategy, keeping what
+they compiled; a code skipped for another reason is just skipped again after one
+more look. It acts only where dynamo checks the mode stack itself: older dynamo
+(2.4 to 2.8) checks a flag that a pushed mode does not set, compiles such frames,
+and has nothing to undo. Where dynamo lacks these internals, nothing is done.
 
 Example::
 
     >>> met = DynamoCodesMet()
-    >>> met.install(); met.uninstall()
+    >>> met.install(object()); met.uninstall()
     0
 """
 
@@ -25,9 +27,15 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
 
 def _tracker() -> Optional[Any]:
+    """dynamo's registry of the codes it met, where dynamo skips frames for a mode
+    on the stack (it imports ``any_torch_dispatch_mode_on_stack`` for that)."""
     module = sys.modules.get("torch._dynamo.convert_frame")
+    if not hasattr(module, "any_torch_dispatch_mode_on_stack"):
+        return None
     tracker = getattr(module, "input_codes", None)
     return tracker if callable(getattr(tracker, "add", None)) else None
 
@@ -51,15 +59,17 @@ class DynamoCodesMet:
         self._lock = threading.Lock()
         self._tracker: Optional[Any] = None
 
-    def install(self) -> None:
+    def install(self, mode: Any) -> None:
+        """Start noting the codes dynamo meets while ``mode`` is on the thread's stack."""
         tracker = _tracker()
         if tracker is None or "add" in vars(tracker):
-            return  # no dynamo yet, or someone else wraps it: leave it alone
+            return  # no such dynamo, or someone else wraps it: leave it alone
         original = tracker.add
 
         def add(code, *args, **kwargs):
-            with self._lock:
-                self._codes[id(code)] = code
+            if any(m is mode for m in _get_current_dispatch_mode_stack()):
+                with self._lock:
+                    self._codes[id(code)] = code
             return original(code, *args, **kwargs)
 
         tracker.add = add  # an instance attribute shadowing the method
