@@ -104,7 +104,9 @@ class profile:
 
     Arguments and behaviour follow ``torch.profiler.profile``. With a
     ``schedule``, call ``step()`` once per iteration; each active cycle ends
-    by calling ``on_trace_ready(prof)``.
+    by calling ``on_trace_ready(prof)``. ``activities`` may hold torch 2.15's
+    ``{ProfilerActivity.CUDA: ProfilerActivityConfig(...)}`` dicts on any torch;
+    configs opscope does not apply are kept in the trace metadata.
 
     >>> import opscope
     >>> sched = opscope.schedule(wait=1, warmup=1, active=1)

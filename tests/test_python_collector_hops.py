@@ -20,11 +20,17 @@ from opscope.collect.python_collector import PythonCollector, _OpMode
 from opscope.collect.python_hops import route_higher_order_ops, torch_routes_higher_order_ops
 
 
+def _dynamo_registry_wrapped() -> bool:
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    return "add" in vars(getattr(convert_frame, "input_codes", object()))
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_installed():
     before = (sys.getprofile(), threading.getprofile(), _len_torch_dispatch_stack())
     yield
     assert (sys.getprofile(), threading.getprofile(), _len_torch_dispatch_stack()) == before
+    assert not _dynamo_registry_wrapped(), "python_dynamo's wrapper outlived the recording"
 
 
 def _names(raw):
@@ -105,7 +111,14 @@ def test_compiled_code_first_met_while_recording_compiles_afterwards():
 
     compiled = torch.compile(fresh, backend="eager")
     x = torch.ones(3)
-    out, raw = _record(lambda: compiled(x))
+    collector = PythonCollector()
+    collector.start()
+    try:
+        compiled(x)
+        if hasattr(sys.modules["torch._dynamo.convert_frame"], "any_torch_dispatch_mode_on_stack"):
+            assert _dynamo_registry_wrapped()  # noting the codes dynamo meets while recording
+    finally:
+        raw = collector.stop()
     assert "aten::cos" in _names(raw)
     assert torch.equal(compiled(x), torch.cos(x) + 1)
     # torch 2.13 marked the code "skip forever" while our mode was on (older torch
