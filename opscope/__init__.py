@@ -12,6 +12,7 @@ Replace ``torch.profiler`` with ``opscope`` and the same code runs::
 from __future__ import annotations
 
 from opscope.activity import DeviceType, ProfilerActivity, supported_activities
+from opscope.configs import CuspyConfig, PerformanceMetricsConfig, ProfilerActivityConfig
 from opscope.handlers import report_handler, tensorboard_trace_handler
 from opscope.profiler import profile
 from opscope.record_function import record_function
@@ -32,6 +33,9 @@ __all__ = [
     "report_handler",
     "ProfilerAction",
     "ProfilerActivity",
+    "CuspyConfig",
+    "PerformanceMetricsConfig",
+    "ProfilerActivityConfig",
     "kineto_available",
     "DeviceType",
     "record_function",

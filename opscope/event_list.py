@@ -68,8 +68,12 @@ class EventList(list):
         return self.table()
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
-                     group_by_overload_name: bool = False) -> "EventList":
+                     group_by_overload_name: bool = False,
+                     include_python_functions: bool = False) -> "EventList":
         """Group these events by key (and shapes, stack, overload name).
+
+        Events with ``is_python_function`` set are left out unless
+        ``include_python_functions`` is True, as in torch 2.15.
 
         >>> EventList([]).key_averages(group_by_stack_n=-1)
         Traceback (most recent call last):
@@ -82,8 +86,12 @@ class EventList(list):
                                      minimum=0)
         group_by_overload_name = check_bool("key_averages", "group_by_overload_name",
                                             group_by_overload_name)
+        include_python_functions = check_bool("key_averages", "include_python_functions",
+                                              include_python_functions)
         groups: "OrderedDict[tuple, FunctionEventAvg]" = OrderedDict()
         for ev in self:
+            if getattr(ev, "is_python_function", False) and not include_python_functions:
+                continue
             key = (ev.key, getattr(ev, "is_user_annotation", False))
             if group_by_overload_name:
                 key += (getattr(ev, "overload_name", ""),)

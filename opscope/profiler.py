@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from opscope.activity import ProfilerActivity, resolve_activities
+from opscope.activity import resolve_activity_configs
 from opscope.arguments import check_bool, check_callable, check_int, check_name
 from opscope.arguments import check_path
 from opscope.analysis.aggregate import session_key_averages
@@ -29,6 +29,7 @@ from opscope.analysis.aggregate import total_average
 from opscope.analysis.build import build_session
 from opscope.analysis.function_events import function_events
 from opscope.collect.profiler_flag import TORCH_FLAG
+from opscope.configs import CONFIGS_METADATA_KEY, unapplied_configs_metadata
 from opscope.event_list import EventList, ModuleList
 from opscope.itt import take_marks
 from opscope.model.session import OPTION_NAMES, ProfileSession
@@ -105,7 +106,9 @@ class profile:
 
     Arguments and behaviour follow ``torch.profiler.profile``. With a
     ``schedule``, call ``step()`` once per iteration; each active cycle ends
-    by calling ``on_trace_ready(prof)``.
+    by calling ``on_trace_ready(prof)``. ``activities`` may hold torch 2.15's
+    ``{ProfilerActivity.CUDA: ProfilerActivityConfig(...)}`` dicts on any torch;
+    configs opscope does not apply are kept in the trace metadata.
 
     >>> import opscope
     >>> sched = opscope.schedule(wait=1, warmup=1, active=1)
@@ -121,14 +124,16 @@ class profile:
     copy of the parent's profile (it is freed) and may start its own profiler.
     """
 
-    def __init__(self, *, activities: Optional[Iterable[ProfilerActivity]] = None,
+    def __init__(self, *, activities: Optional[Iterable[Any]] = None,
                  schedule: Optional[Callable[[int], Any]] = None,
                  on_trace_ready: Optional[Callable[..., Any]] = None,
                  record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, with_flops: bool = False,
                  with_modules: bool = False, experimental_config: Any = None,
                  execution_trace_observer: Any = None, use_cuda: Optional[bool] = None):
-        self.activities = resolve_activities(activities, use_cuda)
+        # torch 2.15's dict items ({activity: ProfilerActivityConfig}) give the configs
+        self.activities, self.activity_configs = resolve_activity_configs(activities, use_cuda)
+        self._configs_metadata = unapplied_configs_metadata("profile", self.activity_configs)
         check_callable("profile", "schedule", schedule)
         check_callable("profile", "on_trace_ready", on_trace_ready)
         self.record_shapes = check_bool("profile", "record_shapes", record_shapes)
@@ -336,6 +341,8 @@ class profile:
         dist_info = _distributed_info()
         if dist_info:
             self._metadata["distributedInfo"] = json.dumps(dist_info)
+        if self._configs_metadata is not None:
+            self._metadata[CONFIGS_METADATA_KEY] = self._configs_metadata
         self._metadata.update(self.preset_metadata)
         # FLOP formulas need input shapes; torch records them too under with_flops
         self._collector.start(record_shapes=self.record_shapes or self.with_flops,
@@ -409,26 +416,33 @@ class profile:
         return self._events
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
-                     group_by_overload_name: bool = False, group_by: Optional[str] = None):
+                     group_by_overload_name: bool = False,
+                     include_python_functions: bool = False, group_by: Optional[str] = None):
         """Events averaged by name (and optionally input shapes or the top of the stack).
 
-        ``group_by="module"`` (with ``with_modules=True``) gives one row per
-        ``nn.Module`` instead, as a tree: see ``module_table()``.
+        ``include_python_functions`` (torch 2.15's argument) also counts Python
+        function events; opscope's collectors record none, so it changes nothing
+        for a live recording. ``group_by="module"`` (with ``with_modules=True``)
+        gives one row per ``nn.Module`` instead, as a tree: see ``module_table()``.
         """
         where = "key_averages"
         group_by_input_shape = check_bool(where, "group_by_input_shape", group_by_input_shape)
         group_by_stack_n = check_int(where, "group_by_stack_n", group_by_stack_n, minimum=0)
         group_by_overload_name = check_bool(where, "group_by_overload_name",
                                             group_by_overload_name)
+        include_python_functions = check_bool(where, "include_python_functions",
+                                              include_python_functions)
         if group_by is not None and not (isinstance(group_by, str) and group_by == "module"):
             raise ValueError(f"{where}: group_by must be None or 'module', got {group_by!r}")
         if group_by is not None:
             return self._module_averages(group_by)
         if group_by_overload_name:
             return self.events().key_averages(group_by_input_shape, group_by_stack_n,
-                                              group_by_overload_name=True)
+                                              group_by_overload_name=True,
+                                              include_python_functions=include_python_functions)
         rows = session_key_averages(self.session, group_by_input_shape=group_by_input_shape,
-                                    group_by_stack_n=group_by_stack_n)
+                                    group_by_stack_n=group_by_stack_n,
+                                    include_python_functions=include_python_functions)
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
 
     def _module_averages(self, group_by: str) -> ModuleList:

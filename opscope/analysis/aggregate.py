@@ -67,20 +67,26 @@ def filtered_mask(table: EventTable) -> np.ndarray:
 def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
                  group_by_stack_n: int = 0, stacks: Optional[Sequence] = None,
                  memory: Optional[Dict[str, np.ndarray]] = None,
-                 flops: Optional[np.ndarray] = None) -> List[FunctionEventAvg]:
+                 flops: Optional[np.ndarray] = None,
+                 exclude: Optional[np.ndarray] = None) -> List[FunctionEventAvg]:
     """One FunctionEventAvg per key, in order of each key's first event.
 
     ``memory`` may hold per-event ``cpu_memory_usage``/``self_cpu_memory_usage``
     arrays and ``flops`` a per-event array; missing ones count as zero.
+    ``exclude``, a per-event bool array, leaves those events out of every row.
     """
-    n = len(table)
+    rows_in = np.arange(len(table), dtype=np.int64)
+    if exclude is not None and len(exclude) == len(table):
+        rows_in = rows_in[~np.asarray(exclude, dtype=bool)]
+    n = len(rows_in)
     if n == 0:
         return []
-    names = display_name_ids(table)
-    is_user = (table.scope == SCOPE_USER).astype(np.int64)
+    names = display_name_ids(table)[rows_in]
+    is_user = (table.scope[rows_in] == SCOPE_USER).astype(np.int64)
     base_key = names * 2 + is_user
     if group_by_input_shape or group_by_stack_n > 0:
-        group = _string_groups(table, base_key, group_by_input_shape, group_by_stack_n, stacks)
+        group = _string_groups(table, rows_in, base_key, group_by_input_shape,
+                               group_by_stack_n, stacks)
     else:
         _, group = np.unique(base_key, return_inverse=True)
     n_groups = int(group.max()) + 1
@@ -88,24 +94,23 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
     np.minimum.at(first, group, np.arange(n))
     order = np.argsort(first, kind="stable")
 
-    dur_us = table.duration_ns / 1000.0
-    self_us = table.self_ns / 1000.0
+    def summed(per_event: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=np.asarray(per_event)[rows_in], minlength=n_groups)
+
     counts = np.bincount(group, minlength=n_groups)
-    total = np.bincount(group, weights=dur_us, minlength=n_groups)
-    self_total = np.bincount(group, weights=self_us, minlength=n_groups)
+    total = summed(table.duration_ns / 1000.0)
+    self_total = summed(table.self_ns / 1000.0)
     zeros = np.zeros(n_groups)
     mem = memory or {}
-    cpu_mem = (np.bincount(group, weights=mem["cpu_memory_usage"], minlength=n_groups)
-               if "cpu_memory_usage" in mem else zeros)
-    self_mem = (np.bincount(group, weights=mem["self_cpu_memory_usage"], minlength=n_groups)
-                if "self_cpu_memory_usage" in mem else zeros)
-    flop_sum = (np.bincount(group, weights=flops, minlength=n_groups) if flops is not None
-                else zeros)
+    cpu_mem = summed(mem["cpu_memory_usage"]) if "cpu_memory_usage" in mem else zeros
+    self_mem = summed(mem["self_cpu_memory_usage"]) if "self_cpu_memory_usage" in mem else zeros
+    flop_sum = summed(flops) if flops is not None else zeros
 
     symbols = table.symbols
     rows: List[FunctionEventAvg] = []
     for g in order.tolist():
-        i = int(first[g])
+        k = int(first[g])
+        i = int(rows_in[k])
         shapes = None
         if group_by_input_shape:
             sig, decoded = table.input_signatures()
@@ -114,7 +119,7 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
         if group_by_stack_n > 0 and stacks is not None and stacks[i]:
             stack = list(stacks[i][:group_by_stack_n])
         rows.append(FunctionEventAvg(
-            symbols[int(names[i])],
+            symbols[int(names[k])],
             count=int(counts[g]),
             cpu_time_total=float(total[g]),
             self_cpu_time_total=float(self_total[g]),
@@ -125,14 +130,19 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
             self_cpu_memory_usage=int(self_mem[g]),
             flops=int(flop_sum[g]),
             is_async=bool(table.is_async[i]),
-            is_user_annotation=bool(is_user[i]),
+            is_user_annotation=bool(is_user[k]),
         ))
     return rows
 
 
 def session_key_averages(session, *, group_by_input_shape: bool = False,
-                         group_by_stack_n: int = 0) -> List[FunctionEventAvg]:
+                         group_by_stack_n: int = 0,
+                         include_python_functions: bool = True) -> List[FunctionEventAvg]:
     """``key_averages`` of a ProfileSession, with its stacks, memory and FLOPs.
+
+    ``include_python_functions=False`` leaves out the rows a loaded trace marks
+    as ``python_function`` events (``session.python_function_rows``), as torch
+    2.15's ``key_averages()`` does by default. A live opscope session has none.
 
     >>> from opscope.analysis.build import build_session
     >>> from opscope.model.records import RawSession
@@ -141,26 +151,40 @@ def session_key_averages(session, *, group_by_input_shape: bool = False,
     """
     return key_averages(session.table, group_by_input_shape=group_by_input_shape,
                         group_by_stack_n=group_by_stack_n, stacks=session.stacks,
-                        memory=session.event_memory, flops=session.flops)
+                        memory=session.event_memory, flops=session.flops,
+                        exclude=None if include_python_functions else python_function_rows(session))
 
 
-def _string_groups(table: EventTable, base_key: np.ndarray, by_shape: bool, stack_n: int,
-                   stacks: Optional[Sequence]) -> np.ndarray:
+def python_function_rows(session) -> Optional[np.ndarray]:
+    """Per table row, True where it is a ``python_function`` event; None when none are.
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> python_function_rows(build_session(RawSession.empty())) is None
+    True
+    """
+    marks = getattr(session, "python_function_rows", None)
+    return None if marks is None else np.asarray(marks, dtype=bool)
+
+
+def _string_groups(table: EventTable, rows_in: np.ndarray, base_key: np.ndarray,
+                   by_shape: bool, stack_n: int, stacks: Optional[Sequence]) -> np.ndarray:
+    """Group ids of the events ``rows_in`` (``base_key`` is already theirs)."""
     keys: Dict[tuple, int] = {}
-    out = np.empty(len(table), dtype=np.int64)
+    out = np.empty(len(rows_in), dtype=np.int64)
     base = base_key.tolist()
     if by_shape:
         sig, decoded = table.input_signatures()
         shape_text = [str(rec.shapes) for rec in decoded] + ["[]"]
         shape_of = [shape_text[k] for k in sig.tolist()]  # -1 picks "[]"
-    for i in range(len(table)):
-        parts: tuple = (base[i],)
+    for k, i in enumerate(rows_in.tolist()):
+        parts: tuple = (base[k],)
         if by_shape:
             parts += (shape_of[i],)
         if stack_n > 0:
             frames = stacks[i] if stacks is not None and stacks[i] else []
             parts += tuple(frames[:stack_n])
-        out[i] = keys.setdefault(parts, len(keys))
+        out[k] = keys.setdefault(parts, len(keys))
     return out
 
 

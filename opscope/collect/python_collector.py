@@ -27,7 +27,10 @@ How it records:
   thread, and makes it inert everywhere else: another thread that still holds
   it pops it right after its next op (through a one-shot profile hook).
   A range still open at stop ends at stop, with ``FLAG_UNFINISHED`` set, as the
-  native collector does.
+  native collector does. Codes dynamo met while recording get its default
+  strategy back, since torch 2.13 would never compile them (``collect.python_dynamo``).
+- **Higher-order ops** (``torch.cond``) reach the mode as one op; on torch 2.4 to
+  2.8, which do not route them to a mode, ``collect.python_hops`` registers a rule.
 
 What it misses compared with torch.profiler:
 
@@ -87,6 +90,8 @@ from torch.utils._python_dispatch import (
 from opscope.arguments import check_name
 from opscope.collect.input_encoding import scalar_type_index, encode_inputs
 from opscope.collect.python_backward import BackwardHooks
+from opscope.collect.python_dynamo import DynamoCodesMet
+from opscope.collect.python_hops import route_higher_order_ops
 from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
 from opscope.collect.stack_frames import FrameFormatter
 from opscope.model.records import (
@@ -109,7 +114,8 @@ _ENUM_VALUES = {
 class _OpMode(TorchDispatchMode):
     """Times each aten op handed to it; inert once its recording has stopped."""
 
-    # Else a higher-order op (torch.cond, flex_attention...) raises under the mode.
+    # Else a higher-order op (torch.cond, flex_attention...) raises under the mode;
+    # torch < 2.9 ignores the flag, and collect.python_hops registers a rule instead.
     supports_higher_order_operators = True
 
     def __init__(self, recording: "_Recording"):
@@ -188,6 +194,7 @@ class _Recording(BackwardHooks):
         self.thread_hook = self._on_new_thread  # one bound object, compared by identity
         self._prev_thread_hook: Optional[Callable] = None
         self._running_at_start = frozenset(t.ident for t in threading.enumerate())
+        self.dynamo_codes = DynamoCodesMet()
 
     # -- stacks -------------------------------------------------------------
     def stack_id(self, frame) -> int:
@@ -443,11 +450,14 @@ class PythonCollector:
             raise RuntimeError("opscope python collector is already recording; call stop() first")
         rec = _Recording(bool(record_shapes), bool(with_stack))
         try:
-            rec.prime()
+            route_higher_order_ops(_OpMode)
+            rec.prime()  # imports torch._dynamo, whose registry dynamo_codes wraps
+            rec.dynamo_codes.install(rec.mode)
             rec.install()
         except BaseException:
             try:
                 rec.uninstall()
+                rec.dynamo_codes.uninstall()
             except Exception:
                 pass  # the install error is the one to report
             raise
@@ -464,6 +474,7 @@ class PythonCollector:
         stop_ns = monotonic_ns()
         self._rec = None
         rec.uninstall()
+        rec.dynamo_codes.uninstall()
         rows = []
         stack_ids: List[int] = []
         for buf in list(rec.buffers):
@@ -506,6 +517,7 @@ class PythonCollector:
         rec.rf_rows.clear()
         rec._local = threading.local()
         rec.uninstall()
+        rec.dynamo_codes.uninstall()
 
     def range_push(self, name: str) -> int:
         """Open a user range on this thread; returns the handle for ``range_pop``."""
