@@ -5,12 +5,16 @@
 // (that encoding is most of the work, so it stays in C++); Python lays out the
 // nodes and writes the file (opscope/execution_trace/writer.py).
 //
-// Ids follow torch's ExecutionTraceObserver: one counter for nodes, tensors
-// and storages; 1 is the process root, a thread's node gets the next id when
-// its first op starts, an op takes its id before its inputs are numbered, and
-// outputs are numbered when it ends. Tensors are keyed by their TensorImpl,
-// storages by their data pointer, for the whole registration.
+// Ids follow the installed torch's ExecutionTraceObserver (kIdScheme, picked
+// at build time from kIdSchemes): 1 is the process root, a thread's node gets
+// the next id when its first op starts, and outputs are numbered when the op
+// ends. Tensors are keyed by their TensorImpl, storages by their data pointer,
+// for the whole registration. What differs by version is whether an op takes
+// its id before or after its inputs are numbered, and whether storages share
+// the counter of nodes and tensors. (The JSON layout per version is in
+// opscope/execution_trace/writer.py, FORMATS.)
 #include <torch/extension.h>
+#include <torch/version.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
@@ -29,6 +33,30 @@ namespace {
 
 constexpr uint64_t kRootId = 1;
 constexpr uint64_t kFirstId = 2;
+constexpr uint64_t kFirstStorageId = 1;  // of a separate storage counter
+
+// How one range of torch versions numbers nodes, tensors and storages.
+struct IdScheme {
+  int since_minor;        // first torch 2.x minor version with this scheme
+  bool inputs_first;      // an op's inputs are numbered before the op takes its id
+  bool storage_counter;   // storages have their own counter (from kFirstStorageId)
+};
+
+// Checked against torch's own observer on 2.4.1, 2.8.0, 2.13.0 and 2.15.0; a
+// version in between is assumed to number as the nearest checked one below.
+constexpr IdScheme kIdSchemes[] = {
+    {4, true, false},   // 2.4: one counter, inputs before the op
+    {5, false, true},   // 2.8: the op first; storages counted apart
+    {9, false, false},  // 2.13, 2.15: one counter, the op first
+};
+
+constexpr IdScheme pick_id_scheme(int minor, size_t k = 0) {
+  return k + 1 < sizeof(kIdSchemes) / sizeof(kIdSchemes[0]) && kIdSchemes[k + 1].since_minor <= minor
+             ? pick_id_scheme(minor, k + 1)
+             : kIdSchemes[k];
+}
+
+constexpr IdScheme kIdScheme = pick_id_scheme(TORCH_VERSION_MAJOR > 2 ? 1000 : TORCH_VERSION_MINOR);
 // torch stops a list after the element at this index (so keeps 4097 items)
 constexpr size_t kMaxListIndex = 4096;
 constexpr const char* kThreadNodeName = "[pytorch|profiler|execution_trace|thread]";
@@ -55,8 +83,10 @@ struct State {
   at::CallbackHandle handle = 0;
   std::atomic<bool> enabled{false};
   uint64_t next_id = kFirstId;
+  uint64_t next_storage_id = kFirstStorageId;  // with kIdScheme.storage_counter
   std::unordered_map<uint64_t, std::vector<uint64_t>> stacks;  // per RecordFunction thread id
   std::unordered_map<const void*, uint64_t> object_ids;
+  std::unordered_map<const void*, uint64_t> storage_ids;  // with kIdScheme.storage_counter
   std::vector<Node> nodes;  // finished, not yet taken by Python
   std::unordered_map<std::string, int32_t> schema_index;
   std::deque<std::string> schemas;
@@ -69,10 +99,21 @@ struct State {
     return id;
   }
 
+  uint64_t storage_id(const void* p) {
+    if (!kIdScheme.storage_counter) return object_id(p);
+    auto it = storage_ids.find(p);
+    if (it != storage_ids.end()) return it->second;
+    uint64_t id = next_storage_id++;
+    storage_ids.emplace(p, id);
+    return id;
+  }
+
   void reset() {
     next_id = kFirstId;
+    next_storage_id = kFirstStorageId;
     stacks.clear();
     object_ids.clear();
+    storage_ids.clear();
     nodes.clear();
   }
 };
@@ -149,7 +190,7 @@ void encode(const c10::IValue& v, Encoded& out) {
     int64_t offset = 0, numel = 0, itemsize = 0;
     std::string device;
     if (impl->has_storage() && concrete) {
-      storage_id = g->object_id(impl->storage().data());
+      storage_id = g->storage_id(impl->storage().data());
       offset = impl->storage_offset();
       numel = impl->numel();
       itemsize = int64_t(impl->itemsize());
@@ -286,8 +327,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     auto fw = g->stacks.find(fw_tid);
     if (fw != g->stacks.end() && !fw->second.empty()) ctx->fw_parent = fw->second.back();
   }
-  ctx->id = g->next_id++;
-  stack.push_back(ctx->id);
+  if (!kIdScheme.inputs_first) ctx->id = g->next_id++;
   try {
     auto inputs = fn.inputs();
     size_t count = fn.num_inputs();
@@ -295,6 +335,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } catch (const std::exception&) {
     ctx->inputs = Port();  // an input we cannot describe: keep the node, drop its inputs
   }
+  if (kIdScheme.inputs_first) ctx->id = g->next_id++;
+  stack.push_back(ctx->id);
   return ctx;
 }
 
@@ -373,6 +415,7 @@ void unregister_observer() {
   std::vector<Node>().swap(g->nodes);
   g->stacks.clear();
   g->object_ids.clear();
+  g->storage_ids.clear();
 }
 
 bool is_registered() {
