@@ -198,3 +198,19 @@ def test_hidden_rule_keeps_memory_stacks_and_flops_per_row(tmp_path):
     # the 32 bytes fell in the Python function outside the op: now owned by none
     assert s.event_memory["self_cpu_memory_usage"].sum() == 64
     assert s.event_memory["cpu_memory_usage"][0] == 96
+
+
+def test_hidden_rule_drops_python_events_not_ranges_of_the_same_name(tmp_path):
+    """Rows are dropped by where they came from, never by their name."""
+    doc = {"traceEvents": [
+        _event("a.py(3): step", 0.0, 100.0, cat="user_annotation"),
+        _event("a.py(3): step", 10.0, 50.0, cat="python_function", CallFrom="a.py:3"),
+        _event("aten::mm", 20.0, 30.0),
+        _event("aten::add", 70.0, 10.0),  # a second child: no same-name folding
+    ]}
+    path = tmp_path / "same_name.json"
+    path.write_text(json.dumps(doc))
+    s = load_session(str(path))
+    assert s.python_functions == "hidden"
+    assert _self_times(s) == {"a.py(3): step": (1, 40.0), "aten::mm": (1, 30.0),
+                              "aten::add": (1, 10.0)}

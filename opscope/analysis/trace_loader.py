@@ -136,7 +136,9 @@ def _loaded(session: ProfileSession, contents: TraceContents, file: str) -> Load
         session.flops = per_row.take(contents.flops)
     session.stacks = per_row.take(contents.stacks)
     session.trace_name = file
-    python_rows = _rows_named(session.table, contents.python_function_names)
+    python_rows = per_row.take(contents.is_python_function)
+    if python_rows is None:
+        python_rows = np.zeros(len(session.table), dtype=bool)
     if contents.python_functions == "hidden" and python_rows.any():
         _drop_rows(session, python_rows)
         python_rows = np.zeros(len(session.table), dtype=bool)
@@ -207,11 +209,6 @@ class _PerRow:
         for row, record in zip(self._rows.tolist(), self._records.tolist()):
             out_list[row] = values[record]
         return out_list
-
-
-def _rows_named(table, names: List[str]) -> np.ndarray:
-    ids = [i for i in (table.symbols.id_of(n) for n in names) if i is not None]
-    return np.isin(table.name_id, ids) if ids else np.zeros(len(table), dtype=bool)
 
 
 def _modules(contents: TraceContents) -> Optional[Dict[str, Any]]:

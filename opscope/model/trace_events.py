@@ -104,8 +104,9 @@ class TraceContents:
     """What a trace holds, in model terms: the records and what goes beside them.
 
     ``stacks`` is per record (same order as ``raw.records``), or None when the
-    trace has no ``Call stack`` args at all. ``python_function_names`` are the
-    names of the records that came from ``python_function`` events;
+    trace has no ``Call stack`` args at all. ``is_python_function`` is per
+    record too: True where it came from a ``python_function`` event (None when
+    none did);
     ``module_args`` maps the name of each ``user_annotation`` range that marks
     a module (its args have ``Module Class``) to those args. ``flops`` is per
     record, from the ``flops`` args (None when no event has one). ``marks``
@@ -116,7 +117,7 @@ class TraceContents:
     stacks: Optional[List[Optional[List[str]]]]
     options: Dict[str, bool]
     metadata: Dict[str, str]
-    python_function_names: List[str] = field(default_factory=list)
+    is_python_function: Optional[np.ndarray] = None
     module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     flops: Optional[np.ndarray] = None
     marks: List[Tuple[int, int, str]] = field(default_factory=list)
@@ -206,9 +207,12 @@ def trace_contents(doc: Dict[str, Any], path: str,
     if flop_values.count(0) < len(flop_values):
         flops = int_column(flop_values, 0)
 
+    is_python = found.is_python.copy() if found.is_python.any() else None
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
+        if is_python is not None:
+            is_python = is_python[order]
         if stacks is not None:
             stacks = [stacks[i] for i in order.tolist()]
         if flops is not None:
@@ -226,8 +230,7 @@ def trace_contents(doc: Dict[str, Any], path: str,
     options, metadata = _settings(doc)
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
-        python_function_names=list(dict.fromkeys(
-            str(cols.names[i]) for i in np.flatnonzero(found.is_python).tolist())),
+        is_python_function=is_python,
         module_args=_module_args(ops, args, user_rows), flops=flops,
         marks=_marks(found.instants, origin_us, path, trace_events),
         thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)},
