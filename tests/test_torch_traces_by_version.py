@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def stack_trace(tmp_path_factory):
 
     Returns (trace path, torch's table sorted by CPU total, the torch profiler).
     """
-    path = str(tmp_path_factory.mktemp("torch_stack") / "stack.pt.trace.json")
+    path = str(tmp_path_factory.mktemp("torch_stack") / "stack.trace.json")
     step = mlp_step_fn()
     step()
     with torch.profiler.profile(record_shapes=True, with_stack=True) as prof:
@@ -214,3 +215,24 @@ def test_hidden_rule_drops_python_events_not_ranges_of_the_same_name(tmp_path):
     assert s.python_functions == "hidden"
     assert _self_times(s) == {"a.py(3): step": (1, 40.0), "aten::mm": (1, 30.0),
                               "aten::add": (1, 10.0)}
+
+
+# -- traces recorded by each supported torch (tests/torch_traces, record_trace.py) -----------
+
+TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_traces")
+RULE_OF_VERSION = {"2.4.1": "absent", "2.8.0": "absent", "2.13.0": "counted",
+                   "2.15.0": "hidden"}
+
+
+@pytest.mark.parametrize("version", sorted(RULE_OF_VERSION))
+def test_every_versions_trace_loads_with_its_rule_whatever_torch_runs(version, capsys):
+    """Whichever torch is installed, each version's trace gives that version's table."""
+    path = os.path.join(TRACES, f"torch-{version}.trace.json.gz")
+    with open(os.path.join(TRACES, f"torch-{version}.table.txt")) as f:
+        expected = f.read()
+    assert load_session(path).python_functions == RULE_OF_VERSION[version]
+    with pytest.raises(SystemExit) as info:
+        main(["table", path, "--sort", "cpu_time_total", "--limit", "-1"])
+    out, err = capsys.readouterr()
+    assert info.value.code in (0, None), err
+    _assert_same_table(out.rstrip("\n"), expected.rstrip("\n"))
