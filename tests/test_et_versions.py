@@ -88,3 +88,33 @@ def test_writer_uses_the_schema_of_the_installed_torchs_observer(tmp_path):
     op = next(n for n in theirs["nodes"] if n["name"] == "aten::relu")
     assert ("strides" in op["inputs"]) is ours.format.strides
     assert any(a["name"] == "tensor_range" for a in op["attrs"]) is ours.format.tensor_range
+
+
+def test_storages_at_reused_addresses_get_torchs_ids(tmp_path):
+    """Freed tensors whose memory comes back at the same address: each torch numbers
+    those storages its own way (by address, or one id per storage on torch 2.8)."""
+    import opscope
+    from opscope.execution_trace import load_execution_trace
+
+    def churn():
+        for _ in range(8):
+            x = torch.empty(4096)
+            x.neg_()
+            del x
+
+    churn()
+    ours = opscope.ExecutionTraceObserver().register_callback(str(tmp_path / "ours.json"))
+    theirs = TorchExecutionTraceObserver().register_callback(str(tmp_path / "torch.json"))
+    try:
+        theirs.start()
+        ours.start()
+        churn()
+        ours.stop()
+        theirs.stop()
+    finally:
+        theirs.unregister_callback()
+        ours.unregister_callback()
+    got, want = (load_execution_trace(str(tmp_path / name))["nodes"]
+                 for name in ("ours.json", "torch.json"))
+    assert len(got) == len(want) >= 16
+    assert got == want

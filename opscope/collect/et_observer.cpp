@@ -8,11 +8,12 @@
 // Ids follow the installed torch's ExecutionTraceObserver (kIdScheme, picked
 // at build time from kIdSchemes): 1 is the process root, a thread's node gets
 // the next id when its first op starts, and outputs are numbered when the op
-// ends. Tensors are keyed by their TensorImpl, storages by their data pointer,
-// for the whole registration. What differs by version is whether an op takes
-// its id before or after its inputs are numbered, and whether storages share
-// the counter of nodes and tensors. (The JSON layout per version is in
-// opscope/execution_trace/writer.py, FORMATS.)
+// ends. Tensors are keyed by their TensorImpl for the whole registration. What
+// differs by version is whether an op takes its id before or after its inputs
+// are numbered, and how storages are numbered: by their data pointer on the
+// shared counter, or (torch 2.8) one id per storage object from a counter of
+// their own, so a new storage at a reused address gets a new id. (The JSON
+// layout per version is in opscope/execution_trace/writer.py, FORMATS.)
 #include <torch/extension.h>
 #include <torch/version.h>
 #include <ATen/core/function_schema.h>
@@ -39,7 +40,7 @@ constexpr uint64_t kFirstStorageId = 1;  // of a separate storage counter
 struct IdScheme {
   int since_minor;        // first torch 2.x minor version with this scheme
   bool inputs_first;      // an op's inputs are numbered before the op takes its id
-  bool storage_counter;   // storages have their own counter (from kFirstStorageId)
+  bool storage_counter;   // one id per storage object, from their own counter
 };
 
 // Checked against torch's own observer on 2.4.1, 2.8.0, 2.13.0 and 2.15.0; a
@@ -86,7 +87,10 @@ struct State {
   uint64_t next_storage_id = kFirstStorageId;  // with kIdScheme.storage_counter
   std::unordered_map<uint64_t, std::vector<uint64_t>> stacks;  // per RecordFunction thread id
   std::unordered_map<const void*, uint64_t> object_ids;
-  std::unordered_map<const void*, uint64_t> storage_ids;  // with kIdScheme.storage_counter
+  // with kIdScheme.storage_counter: ids by StorageImpl, and a weak reference to
+  // each, which keeps its address from being reused by a later storage
+  std::unordered_map<const void*, uint64_t> storage_ids;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> seen_storages;
   std::vector<Node> nodes;  // finished, not yet taken by Python
   std::unordered_map<std::string, int32_t> schema_index;
   std::deque<std::string> schemas;
@@ -99,13 +103,20 @@ struct State {
     return id;
   }
 
-  uint64_t storage_id(const void* p) {
-    if (!kIdScheme.storage_counter) return object_id(p);
-    auto it = storage_ids.find(p);
+  uint64_t storage_id(const c10::Storage& storage) {
+    if (!kIdScheme.storage_counter) return object_id(storage.data());
+    const void* key = storage.unsafeGetStorageImpl();
+    auto it = storage_ids.find(key);
     if (it != storage_ids.end()) return it->second;
     uint64_t id = next_storage_id++;
-    storage_ids.emplace(p, id);
+    storage_ids.emplace(key, id);
+    seen_storages.push_back(storage.getWeakStorageImpl());
     return id;
+  }
+
+  void forget_storages() {
+    storage_ids.clear();
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>().swap(seen_storages);
   }
 
   void reset() {
@@ -113,7 +124,7 @@ struct State {
     next_storage_id = kFirstStorageId;
     stacks.clear();
     object_ids.clear();
-    storage_ids.clear();
+    forget_storages();
     nodes.clear();
   }
 };
@@ -190,7 +201,7 @@ void encode(const c10::IValue& v, Encoded& out) {
     int64_t offset = 0, numel = 0, itemsize = 0;
     std::string device;
     if (impl->has_storage() && concrete) {
-      storage_id = g->storage_id(impl->storage().data());
+      storage_id = g->storage_id(impl->storage());
       offset = impl->storage_offset();
       numel = impl->numel();
       itemsize = int64_t(impl->itemsize());
@@ -415,7 +426,7 @@ void unregister_observer() {
   std::vector<Node>().swap(g->nodes);
   g->stacks.clear();
   g->object_ids.clear();
-  g->storage_ids.clear();
+  g->forget_storages();
 }
 
 bool is_registered() {
