@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from opscope.analysis.aggregate import key_averages
-from opscope.analysis.trace_loader import TraceLoadError, load_session  # noqa: F401
+from opscope.analysis.trace_loader import load_session
 from opscope.cli.main import main
 from opscope.event_list import EventList
 from opscope.model.trace_events import python_function_rule
