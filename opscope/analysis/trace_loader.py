@@ -48,7 +48,8 @@ import numpy as np
 
 from opscope.model.records import FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
-from opscope.model.trace_events import TraceContents, trace_contents
+from opscope.arguments import check_choice
+from opscope.model.trace_events import PYTHON_FUNCTION_RULES, TraceContents, trace_contents
 from opscope.model.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
 
 BACKWARD_WRAPPER_PREFIX = "autograd::engine::evaluate_function: "
@@ -61,20 +62,30 @@ class LoadedSession(ProfileSession):
     """A ProfileSession read from a trace file, plus what only a file has.
 
     - ``source_path``: the file read (for a folder, the trace chosen in it);
+    - ``python_functions``: the rule applied to the trace's ``python_function``
+      events (``trace_events.PYTHON_FUNCTION_RULES``): "absent" (dropped, as
+      torch 2.4 to 2.8 did), "counted" (rows, as torch 2.13 counts them) or
+      "hidden" (in the tree for self times, not rows, as torch 2.15's
+      ``key_averages()`` does by default);
     - ``python_function_rows``: per table row, True where it came from a
-      ``python_function`` event (torch's ``with_stack`` traces), which count as
-      events in ``key_averages`` as torch counts them;
+      ``python_function`` event (only with the "counted" rule);
     - ``thread_names``: OS thread id -> name from the trace's metadata events.
     """
 
     source_path: str = ""
     python_function_rows: Optional[np.ndarray] = None
     thread_names: Dict[int, str] = field(default_factory=dict)
+    python_functions: str = "counted"
 
 
-def load_session(path: "str | os.PathLike[str]", *,
-                 max_bytes: Optional[int] = None) -> LoadedSession:
+def load_session(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = None,
+                 python_functions: Optional[str] = None) -> LoadedSession:
     """Read the trace at ``path`` (file or folder) into an analysed session.
+
+    ``python_functions`` overrides the rule for ``python_function`` events
+    (one of "absent", "counted", "hidden"); None, the default, applies the
+    rule of the torch that wrote the trace, so the session's ``key_averages``
+    are the ones that torch printed.
 
     Raises :class:`TraceLoadError` naming the file when it is missing, is not
     a regular file, is over ``max_bytes`` (default ``OPSCOPE_MAX_TRACE_BYTES``
@@ -84,11 +95,13 @@ def load_session(path: "str | os.PathLike[str]", *,
     """
     from opscope.analysis.build import build_session
 
+    check_choice("load_session", "python_functions", python_functions,
+                 (None,) + PYTHON_FUNCTION_RULES)
     file = resolve_trace_path(path)
     with _collection_paused():
         doc = read_trace_document(file, max_bytes)
         with _malformed_is_load_error(file):
-            contents = trace_contents(doc, file)
+            contents = trace_contents(doc, file, python_functions)
         del doc  # the events are in columns now; free the parsed JSON early
     with _malformed_is_load_error(file):
         session = build_session(contents.raw, options=contents.options,
@@ -123,11 +136,46 @@ def _loaded(session: ProfileSession, contents: TraceContents, file: str) -> Load
         session.flops = per_row.take(contents.flops)
     session.stacks = per_row.take(contents.stacks)
     session.trace_name = file
+    python_rows = per_row.take(contents.is_python_function)
+    if python_rows is None:
+        python_rows = np.zeros(len(session.table), dtype=bool)
+    if contents.python_functions == "hidden" and python_rows.any():
+        _drop_rows(session, python_rows)
+        python_rows = np.zeros(len(session.table), dtype=bool)
     fields = {f.name: getattr(session, f.name) for f in dataclasses.fields(ProfileSession)}
     return LoadedSession(
-        **fields, source_path=file,
-        python_function_rows=_rows_named(session.table, contents.python_function_names),
-        thread_names=contents.thread_names)
+        **fields, source_path=file, python_function_rows=python_rows,
+        thread_names=contents.thread_names, python_functions=contents.python_functions)
+
+
+def _drop_rows(session: ProfileSession, drop: np.ndarray) -> None:
+    """Remove the rows ``drop`` from a built session, keeping everyone's self times.
+
+    The self times were computed with those rows in the tree (torch 2.15 builds
+    its tree with Python functions, then leaves them out of ``key_averages``);
+    per-row values follow, and memory owned by a dropped row is owned by none.
+    """
+    keep = ~drop
+    rows = np.flatnonzero(keep)
+    table = session.table
+    # a kept row's parent becomes its nearest kept ancestor (pointer jumping; -1 stays -1)
+    parent = table.parent.astype(np.int64)
+    dropped = np.append(drop, False)  # index -1 (no parent) is never dropped
+    while dropped[parent].any():
+        parent = np.where(dropped[parent], np.append(parent, -1)[parent], parent)
+    table.parent = parent.astype(table.parent.dtype)
+    session.table = table.take(keep)
+    if session.stacks is not None:
+        session.stacks = [session.stacks[i] for i in rows.tolist()]
+    if session.flops is not None:
+        session.flops = session.flops[rows]
+    if session.event_memory is not None:
+        session.event_memory = {k: v[rows] for k, v in session.event_memory.items()}
+    if session.memory_owner is not None:
+        remap = np.full(len(keep) + 1, -1, dtype=np.int64)
+        remap[rows] = np.arange(len(rows))
+        owner = np.asarray(session.memory_owner)
+        session.memory_owner = remap[owner].astype(owner.dtype)
 
 
 class _PerRow:
@@ -161,11 +209,6 @@ class _PerRow:
         for row, record in zip(self._rows.tolist(), self._records.tolist()):
             out_list[row] = values[record]
         return out_list
-
-
-def _rows_named(table, names: List[str]) -> np.ndarray:
-    ids = [i for i in (table.symbols.id_of(n) for n in names) if i is not None]
-    return np.isin(table.name_id, ids) if ids else np.zeros(len(table), dtype=bool)
 
 
 def _modules(contents: TraceContents) -> Optional[Dict[str, Any]]:

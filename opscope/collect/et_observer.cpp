@@ -5,12 +5,17 @@
 // (that encoding is most of the work, so it stays in C++); Python lays out the
 // nodes and writes the file (opscope/execution_trace/writer.py).
 //
-// Ids follow torch's ExecutionTraceObserver: one counter for nodes, tensors
-// and storages; 1 is the process root, a thread's node gets the next id when
-// its first op starts, an op takes its id before its inputs are numbered, and
-// outputs are numbered when it ends. Tensors are keyed by their TensorImpl,
-// storages by their data pointer, for the whole registration.
+// Ids follow the installed torch's ExecutionTraceObserver (kIdScheme, picked
+// at build time from kIdSchemes): 1 is the process root, a thread's node gets
+// the next id when its first op starts, and outputs are numbered when the op
+// ends. Tensors are keyed by their TensorImpl for the whole registration. What
+// differs by version is whether an op takes its id before or after its inputs
+// are numbered, and how storages are numbered: by their data pointer on the
+// shared counter, or (torch 2.8) one id per storage object from a counter of
+// their own, so a new storage at a reused address gets a new id. (The JSON
+// layout per version is in opscope/execution_trace/writer.py, FORMATS.)
 #include <torch/extension.h>
+#include <torch/version.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
@@ -29,6 +34,30 @@ namespace {
 
 constexpr uint64_t kRootId = 1;
 constexpr uint64_t kFirstId = 2;
+constexpr uint64_t kFirstStorageId = 1;  // of a separate storage counter
+
+// How one range of torch versions numbers nodes, tensors and storages.
+struct IdScheme {
+  int since_minor;        // first torch 2.x minor version with this scheme
+  bool inputs_first;      // an op's inputs are numbered before the op takes its id
+  bool storage_counter;   // one id per storage object, from their own counter
+};
+
+// Checked against torch's own observer on 2.4.1, 2.8.0, 2.13.0 and 2.15.0; a
+// version in between is assumed to number as the nearest checked one below.
+constexpr IdScheme kIdSchemes[] = {
+    {4, true, false},   // 2.4: one counter, inputs before the op
+    {5, false, true},   // 2.8: the op first; storages counted apart
+    {9, false, false},  // 2.13, 2.15: one counter, the op first
+};
+
+constexpr IdScheme pick_id_scheme(int minor, size_t k = 0) {
+  return k + 1 < sizeof(kIdSchemes) / sizeof(kIdSchemes[0]) && kIdSchemes[k + 1].since_minor <= minor
+             ? pick_id_scheme(minor, k + 1)
+             : kIdSchemes[k];
+}
+
+constexpr IdScheme kIdScheme = pick_id_scheme(TORCH_VERSION_MAJOR > 2 ? 1000 : TORCH_VERSION_MINOR);
 // torch stops a list after the element at this index (so keeps 4097 items)
 constexpr size_t kMaxListIndex = 4096;
 constexpr const char* kThreadNodeName = "[pytorch|profiler|execution_trace|thread]";
@@ -55,8 +84,13 @@ struct State {
   at::CallbackHandle handle = 0;
   std::atomic<bool> enabled{false};
   uint64_t next_id = kFirstId;
+  uint64_t next_storage_id = kFirstStorageId;  // with kIdScheme.storage_counter
   std::unordered_map<uint64_t, std::vector<uint64_t>> stacks;  // per RecordFunction thread id
   std::unordered_map<const void*, uint64_t> object_ids;
+  // with kIdScheme.storage_counter: ids by StorageImpl, and a weak reference to
+  // each, which keeps its address from being reused by a later storage
+  std::unordered_map<const void*, uint64_t> storage_ids;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> seen_storages;
   std::vector<Node> nodes;  // finished, not yet taken by Python
   std::unordered_map<std::string, int32_t> schema_index;
   std::deque<std::string> schemas;
@@ -69,10 +103,28 @@ struct State {
     return id;
   }
 
+  uint64_t storage_id(const c10::Storage& storage) {
+    if (!kIdScheme.storage_counter) return object_id(storage.data());
+    const void* key = storage.unsafeGetStorageImpl();
+    auto it = storage_ids.find(key);
+    if (it != storage_ids.end()) return it->second;
+    uint64_t id = next_storage_id++;
+    storage_ids.emplace(key, id);
+    seen_storages.push_back(storage.getWeakStorageImpl());
+    return id;
+  }
+
+  void forget_storages() {
+    storage_ids.clear();
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>().swap(seen_storages);
+  }
+
   void reset() {
     next_id = kFirstId;
+    next_storage_id = kFirstStorageId;
     stacks.clear();
     object_ids.clear();
+    forget_storages();
     nodes.clear();
   }
 };
@@ -149,7 +201,7 @@ void encode(const c10::IValue& v, Encoded& out) {
     int64_t offset = 0, numel = 0, itemsize = 0;
     std::string device;
     if (impl->has_storage() && concrete) {
-      storage_id = g->object_id(impl->storage().data());
+      storage_id = g->storage_id(impl->storage());
       offset = impl->storage_offset();
       numel = impl->numel();
       itemsize = int64_t(impl->itemsize());
@@ -286,8 +338,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     auto fw = g->stacks.find(fw_tid);
     if (fw != g->stacks.end() && !fw->second.empty()) ctx->fw_parent = fw->second.back();
   }
-  ctx->id = g->next_id++;
-  stack.push_back(ctx->id);
+  if (!kIdScheme.inputs_first) ctx->id = g->next_id++;
   try {
     auto inputs = fn.inputs();
     size_t count = fn.num_inputs();
@@ -295,6 +346,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } catch (const std::exception&) {
     ctx->inputs = Port();  // an input we cannot describe: keep the node, drop its inputs
   }
+  if (kIdScheme.inputs_first) ctx->id = g->next_id++;
+  stack.push_back(ctx->id);
   return ctx;
 }
 
@@ -373,6 +426,7 @@ void unregister_observer() {
   std::vector<Node>().swap(g->nodes);
   g->stacks.clear();
   g->object_ids.clear();
+  g->forget_storages();
 }
 
 bool is_registered() {

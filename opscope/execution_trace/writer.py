@@ -1,10 +1,13 @@
-"""The writing half of the execution trace: torch's ET JSON (schema 1.1.1-chakra.0.0.4).
+"""The writing half of the execution trace: torch's ET JSON, in the installed torch's format.
 
-The layout follows what torch 2.13 writes, byte for byte apart from the
-timestamps and ids: a header (``schema``, ``pid``, ``time``, ``start_ts``),
+The layout follows what the installed torch writes, byte for byte apart from
+the timestamps: a header (``schema``, ``pid``, ``time``, ``start_ts``),
 ``nodes`` in the order they finished, the process root node last, then
-``finish_ts``. The file is written atomically (``opscope.export.atomic``): it
-appears whole when the writer finishes, never half-written.
+``finish_ts``. What changed between torch versions is one ``EtFormat`` entry
+in ``FORMATS`` (the id numbering, which also changed, is chosen at build time
+in ``collect/et_observer.cpp``). The file is written atomically
+(``opscope.export.atomic``): it appears whole when the writer finishes, never
+half-written.
 
 Example::
 
@@ -21,13 +24,58 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional, Tuple
 
 from opscope.export.atomic import atomic_text_writer
 from opscope.export.output_path import check_output_path
 
-SCHEMA_VERSION = "1.1.1-chakra.0.0.4"
+
+class EtFormat(NamedTuple):
+    """What one range of torch versions writes.
+
+    ``since`` is the first (major, minor) with this format. ``indent`` is the
+    indentation of a node's braces (its fields get two more spaces).
+    """
+
+    since: Tuple[int, int]
+    schema: str
+    strides: bool  # the ports have a "strides" array
+    tensor_range: bool  # the attrs end with a "tensor_range" string
+    indent: int
+
+
+# Compared with torch's own observer on 2.4.1, 2.8.0, 2.13.0 and 2.15.0; the
+# versions in between are assumed to write what the nearest checked one below does.
+FORMATS = (
+    EtFormat((2, 4), "1.1.0-chakra.0.0.4", strides=False, tensor_range=False, indent=4),
+    EtFormat((2, 5), "1.1.1-chakra.0.0.4", strides=True, tensor_range=True, indent=6),
+)
+
+
+def torch_version() -> Tuple[int, int]:
+    """(major, minor) of the installed torch."""
+    import torch
+
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def format_for(version: Tuple[int, int]) -> EtFormat:
+    """The format torch ``version`` writes (the oldest known one before 2.4).
+
+    >>> format_for((2, 4)).schema, format_for((2, 13)).schema
+    ('1.1.0-chakra.0.0.4', '1.1.1-chakra.0.0.4')
+    """
+    chosen = FORMATS[0]
+    for fmt in FORMATS:
+        if version >= fmt.since:
+            chosen = fmt
+    return chosen
+
+
+SCHEMA_VERSION = FORMATS[-1].schema
 ROOT_ID = 1
 PROCESS_NODE_NAME = "[pytorch|profiler|execution_trace|process]"
 USER_SCOPE = 7  # at::RecordScope::USER_SCOPE
@@ -40,26 +88,29 @@ def steady_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def format_node(node: tuple) -> str:
-    """One node, as torch lays it out.
+def format_node(node: tuple, fmt: EtFormat = FORMATS[-1]) -> str:
+    """One node, as the torch that writes ``fmt`` lays it out.
 
     ``node`` is a tuple from ``NodeCollector.take_nodes()``; its inputs and
     outputs are (values, shapes, types, strides), each a JSON array as text.
 
     >>> print(format_node(process_node()).splitlines()[2])
             "id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1,
+    >>> print(format_node(process_node(), FORMATS[0]).splitlines()[3])
+          "inputs": {"values": [], "shapes": [], "types": []},
     """
     (node_id, name, parent, rf_id, fw_parent, seq_id, scope, tid, fw_tid, schema,
-     (in_values, in_shapes, in_types, in_strides),
-     (out_values, out_shapes, out_types, out_strides)) = node
+     inputs, outputs) = node
+    brace = " " * fmt.indent
+    field = brace + "  "
+    tensor_range = (',{"name": "tensor_range", "type": "string", "value": ""}'
+                    if fmt.tensor_range else "")
     return (
-        "\n      {\n"
-        f'        "id": {node_id}, "name": {_json_text(name)}, "ctrl_deps": {parent},\n'
-        f'        "inputs": {{"values": {in_values}, "shapes": {in_shapes}, '
-        f'"types": {in_types}, "strides": {in_strides}}},\n'
-        f'        "outputs": {{"values": {out_values}, "shapes": {out_shapes}, '
-        f'"types": {out_types}, "strides": {out_strides}}},\n'
-        f'        "attrs": [{{"name": "rf_id", "type": "uint64", "value": {rf_id}}},'
+        f"\n{brace}{{\n"
+        f'{field}"id": {node_id}, "name": {_json_text(name)}, "ctrl_deps": {parent},\n'
+        f'{field}"inputs": {_port(inputs, fmt)},\n'
+        f'{field}"outputs": {_port(outputs, fmt)},\n'
+        f'{field}"attrs": [{{"name": "rf_id", "type": "uint64", "value": {rf_id}}},'
         f'{{"name": "fw_parent", "type": "uint64", "value": {fw_parent}}},'
         f'{{"name": "seq_id", "type": "int64", "value": {seq_id}}},'
         f'{{"name": "scope", "type": "uint64", "value": {scope}}},'
@@ -67,10 +118,15 @@ def format_node(node: tuple) -> str:
         f'{{"name": "fw_tid", "type": "uint64", "value": {fw_tid}}},'
         f'{{"name": "op_schema", "type": "string", "value": {_json_text(schema)}}},'
         '{"name": "kernel_backend", "type": "string", "value": ""},'
-        '{"name": "kernel_file", "type": "string", "value": ""},'
-        '{"name": "tensor_range", "type": "string", "value": ""}]\n'
-        "      }"
+        f'{{"name": "kernel_file", "type": "string", "value": ""}}{tensor_range}]\n'
+        f"{brace}}}"
     )
+
+
+def _port(port: tuple, fmt: EtFormat) -> str:
+    values, shapes, types, strides = port
+    text = f'{{"values": {values}, "shapes": {shapes}, "types": {types}'
+    return text + (f', "strides": {strides}}}' if fmt.strides else "}")
 
 
 def _json_text(text: str) -> str:
@@ -96,14 +152,15 @@ class ExecutionTraceWriter:
     instead of raising again.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, fmt: Optional[EtFormat] = None):
         self.path = check_output_path("ExecutionTraceWriter", "path", path)
+        self.format = fmt if fmt is not None else format_for(torch_version())
         self.failed: Optional[BaseException] = None
         self._context = atomic_text_writer(self.path)
         self._out: Optional[Any] = self._context.__enter__()
         self._out.write(
             "{\n"
-            f'  "schema": "{SCHEMA_VERSION}", "pid": {os.getpid()}, '
+            f'  "schema": "{self.format.schema}", "pid": {os.getpid()}, '
             f'"time": "{time.strftime("%Y-%m-%d %X")}", "start_ts": {steady_ms()},\n'
             '  "nodes": [')
 
@@ -114,7 +171,7 @@ class ExecutionTraceWriter:
         out = self._require_open()
         try:
             for node in nodes:
-                out.write(format_node(node))
+                out.write(format_node(node, self.format))
                 out.write(",")
         except BaseException as exc:
             self.failed = exc
@@ -127,7 +184,7 @@ class ExecutionTraceWriter:
             return
         out = self._require_open()
         try:
-            out.write(format_node(process_node()))
+            out.write(format_node(process_node(), self.format))
             out.write(f'\n  ],\n  "finish_ts": {steady_ms()}\n}}')
         except BaseException as exc:
             self.failed = exc

@@ -1,12 +1,19 @@
 """Turn a parsed Chrome trace into the recorded-session model (``RawSession``).
 
 Works for traces written by opscope and by torch.profiler (Kineto): every
-``X`` event of category ``cpu_op``, ``user_annotation`` or ``python_function``
-(also the CPU-side ``cuda_runtime``/``cuda_driver`` calls, and
-``Operator``/``Runtime`` of older Kineto) becomes one record, as a collector
-would have written it. Python functions are records because torch.profiler
-counts them as events too: with ``with_stack`` its ``key_averages`` has a row
-per Python function, and ops nest under them.
+``X`` event of category ``cpu_op`` or ``user_annotation`` (also the CPU-side
+``cuda_runtime``/``cuda_driver`` calls, and ``Operator``/``Runtime`` of older
+Kineto) becomes one record, as a collector would have written it.
+
+``python_function`` events (torch's ``with_stack``) follow the rule of the
+torch that wrote the trace (``python_function_rule``), as its own
+``key_averages()`` treated them:
+
+- ``"absent"`` (torch 2.4 to 2.8): not events at all; they are dropped here;
+- ``"counted"`` (torch 2.13): events and ``key_averages`` rows, ops nest under them;
+- ``"hidden"`` (torch 2.15): events (ops nest under them, so their parents'
+  self times exclude them) but not ``key_averages`` rows by default; the
+  loader drops their rows after the tree is built.
 
 - ``ts``/``dur`` (microseconds, three decimals) become integer nanoseconds;
   the clock is "nanoseconds since ``baseTimeNanoseconds``", which is the
@@ -66,14 +73,40 @@ _INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 _INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
 MAX_EPOCH_NS = 4 * 10 ** 18  # baseTimeNanoseconds past this (year 2096) is not a clock
 
+# What a trace's python_function events are to the torch that wrote it (see the module doc).
+PYTHON_FUNCTION_RULES = ("absent", "counted", "hidden")
+
+
+def python_function_rule(doc: Dict[str, Any], python_events: List[dict]) -> str:
+    """Which of ``PYTHON_FUNCTION_RULES`` the torch that wrote ``doc`` applied.
+
+    Told by what each torch writes (checked on 2.4.1, 2.8.0, 2.13.0, 2.15.0):
+    torch 2.15 gives each ``python_function`` event a ``CallFrom`` arg, and
+    hides them from ``key_averages``; torch 2.13 writes a top-level
+    ``host_name`` (2.4 and 2.8 do not) and counts them as events.
+
+    >>> python_function_rule({}, [{"args": {"CallFrom": "a.py:3"}}])
+    'hidden'
+    >>> python_function_rule({"host_name": "vm"}, [{"args": {"Python id": 1}}])
+    'counted'
+    >>> python_function_rule({}, [{"args": {"Python id": 1}}])
+    'absent'
+    """
+    for event in python_events[:64]:  # every event of a torch version has the same args
+        args = event.get("args")
+        if isinstance(args, dict) and "CallFrom" in args:
+            return "hidden"
+    return "counted" if "host_name" in doc else "absent"
+
 
 @dataclass
 class TraceContents:
     """What a trace holds, in model terms: the records and what goes beside them.
 
     ``stacks`` is per record (same order as ``raw.records``), or None when the
-    trace has no ``Call stack`` args at all. ``python_function_names`` are the
-    names of the records that came from ``python_function`` events;
+    trace has no ``Call stack`` args at all. ``is_python_function`` is per
+    record too: True where it came from a ``python_function`` event (None when
+    none did);
     ``module_args`` maps the name of each ``user_annotation`` range that marks
     a module (its args have ``Module Class``) to those args. ``flops`` is per
     record, from the ``flops`` args (None when no event has one). ``marks``
@@ -84,11 +117,12 @@ class TraceContents:
     stacks: Optional[List[Optional[List[str]]]]
     options: Dict[str, bool]
     metadata: Dict[str, str]
-    python_function_names: List[str] = field(default_factory=list)
+    is_python_function: Optional[np.ndarray] = None
     module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     flops: Optional[np.ndarray] = None
     marks: List[Tuple[int, int, str]] = field(default_factory=list)
     thread_names: Dict[int, str] = field(default_factory=dict)
+    python_functions: str = "counted"
 
 
 def split_call_stack(text: str) -> List[str]:
@@ -103,13 +137,21 @@ def split_call_stack(text: str) -> List[str]:
     return frames
 
 
-def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
+def trace_contents(doc: Dict[str, Any], path: str,
+                   python_functions: Optional[str] = None) -> TraceContents:
     """Build the records, stacks, memory events and settings of a parsed trace.
 
-    ``path`` is only used in error messages.
+    ``path`` is only used in error messages. ``python_functions`` is one of
+    ``PYTHON_FUNCTION_RULES``, or None for the rule of the torch that wrote
+    the trace (``python_function_rule``).
     """
     trace_events = doc["traceEvents"]
     found = ScannedEvents(trace_events)
+    if python_functions is None:
+        python_functions = python_function_rule(doc, found.python_functions()) \
+            if found.is_python.any() else "counted"
+    if python_functions == "absent":
+        found.drop_python_functions()
     ops = found.ops
     base_ns = doc.get("baseTimeNanoseconds")
     # an epoch offset outside 1970..2096 (or not an integer) is ignored, as if absent
@@ -165,9 +207,12 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     if flop_values.count(0) < len(flop_values):
         flops = int_column(flop_values, 0)
 
+    is_python = found.is_python.copy() if found.is_python.any() else None
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
+        if is_python is not None:
+            is_python = is_python[order]
         if stacks is not None:
             stacks = [stacks[i] for i in order.tolist()]
         if flops is not None:
@@ -185,11 +230,11 @@ def trace_contents(doc: Dict[str, Any], path: str) -> TraceContents:
     options, metadata = _settings(doc)
     return TraceContents(
         raw=raw, stacks=stacks, options=options, metadata=metadata,
-        python_function_names=list(dict.fromkeys(
-            str(cols.names[i]) for i in np.flatnonzero(found.is_python).tolist())),
+        is_python_function=is_python,
         module_args=_module_args(ops, args, user_rows), flops=flops,
         marks=_marks(found.instants, origin_us, path, trace_events),
-        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)})
+        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)},
+        python_functions=python_functions)
 
 
 def hashable(value: Any) -> Any:

@@ -224,6 +224,16 @@ class ScannedEvents:
         for i in np.flatnonzero(np.isin(ph_id, other)).tolist():
             self._other(events[i])
 
+    def python_functions(self) -> List[dict]:
+        """The ``python_function`` events among ``ops``."""
+        return [self.ops[i] for i in np.flatnonzero(self.is_python).tolist()]
+
+    def drop_python_functions(self) -> None:
+        """Forget the ``python_function`` events: they will not become records."""
+        keep = np.flatnonzero(~self.is_python).tolist()
+        self.ops = [self.ops[i] for i in keep]
+        self.is_python = np.zeros(len(self.ops), dtype=bool)
+
     def _other(self, e: dict) -> None:
         ph = e.get("ph")
         if ph in ("i", "I"):
