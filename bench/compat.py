@@ -33,9 +33,18 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = ("2.4.1/3.11", "2.8.0/3.11", "2.8.0/3.12", "2.13.0/3.11",
                  "2.15.0/3.12", "2.15.0/3.13")
-TEST_FILES = ("tests/test_fidelity.py", "tests/test_with_stack.py", "tests/test_stacks.py",
-              "tests/test_profile_api.py", "tests/test_execution_trace.py",
-              "tests/test_api_names.py")
+TEST_FILES = (
+    # fidelity: op names and counts against the installed torch.profiler, eager and compiled
+    "tests/test_fidelity.py", "tests/test_compile_ranges.py", "tests/test_flops_versions.py",
+    # stacks
+    "tests/test_with_stack.py", "tests/test_stacks.py", "tests/test_stack_layouts.py",
+    # API
+    "tests/test_api_names.py", "tests/test_api_215.py", "tests/test_profile_api.py",
+    "tests/test_python_collector_hops.py",
+    # execution trace and saved torch traces
+    "tests/test_execution_trace.py", "tests/test_et_versions.py",
+    "tests/test_torch_traces_by_version.py", "tests/test_trace_loader.py",
+)
 TEST_DEPS = ("numpy", "pytest", "ninja", "hypothesis", "psutil", "pandas")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
 
@@ -141,7 +150,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--pairs", nargs="+", default=list(DEFAULT_PAIRS),
                         metavar="TORCH/PY", help="pairs to run (default: all)")
     parser.add_argument("--venv-root", type=Path,
-                        default=Path.home() / ".cache" / "opscope-compat",
+                        default=Path(os.environ.get("OPSCOPE_COMPAT_VENVS", Path.home() / ".cache" / "opscope-compat")),
                         help="folder of the per-pair virtualenvs (reused between runs)")
     parser.add_argument("--python", action="append", default=[], metavar="VER=PATH",
                         help="interpreter for a Python version, e.g. 3.13=/usr/bin/python3.13")
