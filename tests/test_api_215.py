@@ -233,16 +233,20 @@ def test_loaded_torch_trace_follows_torch_rule_for_python_functions(tmp_path):
     def keys(rows):
         return {(r.key, r.count) for r in rows}
 
-    without = keys(session_key_averages(loaded, include_python_functions=False))
-    with_all = keys(session_key_averages(loaded, include_python_functions=True))
+    # "counted" keeps every python_function event as a marked row, so the flag can choose
+    counted = load_session(path, python_functions="counted")
+    without = keys(session_key_averages(counted, include_python_functions=False))
+    with_all = keys(session_key_averages(counted, include_python_functions=True))
     assert without <= with_all and any(key.startswith("aten::") for key, _ in without)
-    marks = loaded.python_function_rows
+    marks = counted.python_function_rows
     python_names = set()
     if marks is not None and marks.any():
-        python_names = {loaded.table.symbols[int(i)] for i in loaded.table.name_id[marks]}
+        python_names = {counted.table.symbols[int(i)] for i in counted.table.name_id[marks]}
     assert not {key for key, _ in without} & python_names
     if TORCH_HAS_PY_FLAG:  # torch 2.15+: the flag means the same in both
         assert without == keys(tprof.key_averages())
         assert with_all == keys(tprof.key_averages(include_python_functions=True))
+        # by default a loaded trace follows the rule of the torch that wrote it
+        assert keys(session_key_averages(loaded)) == without
     else:  # torch drops python_function events from events() (2.4, 2.8) or counts them (2.13)
         assert without == {k for k in keys(tprof.key_averages()) if k[0] not in python_names}

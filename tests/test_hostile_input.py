@@ -342,3 +342,13 @@ def test_run_verbs_print_live_tables_and_summaries_escaped(capsys):
     out, err = capsys.readouterr()
     assert out == "step\\x1b[2J\\ud800 1.0ms\n"
     assert "\x07" not in err and "\\x07" in err
+
+
+def test_bytes_that_are_not_utf8_inside_names_load_as_replacement_characters(tmp_path):
+    # as torch 2.4 writes some python_function names with with_stack=True
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm\xd0\xff", '
+                     b'"pid": 1, "tid": 1, "ts": 1, "dur": 5, "args": {}}]}')
+    session = load_session(str(path))
+    names = [session.table.symbols[int(i)] for i in session.table.name_id]
+    assert names == ["aten::mm\ufffd\ufffd"]

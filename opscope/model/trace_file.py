@@ -305,10 +305,12 @@ def read_trace_document(path: "str | os.PathLike[str]",
     if not data.strip():
         raise TraceLoadError(file, "file is empty (expected Chrome trace JSON)")
     try:
-        doc = json.loads(data)
-    except UnicodeDecodeError:
-        raise TraceLoadError(file, "not a trace: the file is not JSON text (binary content)") \
-            from None
+        try:
+            doc = json.loads(data)
+        except UnicodeDecodeError:
+            # torch 2.4 can write python_function names holding bytes that are not UTF-8;
+            # the rest of such a trace is good, so those bytes become U+FFFD
+            doc = json.loads(data.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as exc:
         raise TraceLoadError(file, f"not a trace: not valid JSON ({exc.msg} at line "
                                    f"{exc.lineno} column {exc.colno})") from None
