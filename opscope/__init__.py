@@ -22,8 +22,8 @@ from opscope.on_demand import disable_on_demand, enable_on_demand, enable_from_e
 from opscope.step_tracker import track_optimizer_steps
 
 from opscope.execution_trace import ExecutionTraceObserver
+from opscope.version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "profile",

@@ -21,6 +21,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
+from opscope.model.torch_names import PROFILER_STEP
 from opscope.activity import resolve_activity_configs
 from opscope.arguments import check_bool, check_callable, check_int, check_name
 from opscope.arguments import check_path
@@ -37,7 +38,7 @@ from opscope.record_function import record_function, set_recording_collector
 from opscope.schedule import TRANSITIONS, ProfilerAction, as_action, default_schedule
 from opscope.step_tracker import StepTracker
 
-PROFILER_STEP_NAME = "ProfilerStep"
+PROFILER_STEP_NAME = PROFILER_STEP
 
 _active_lock = threading.Lock()
 _active: Optional["profile"] = None

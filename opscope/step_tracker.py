@@ -38,7 +38,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from torch.compiler import is_compiling
 
-PROFILER_REQUESTER = "ProfilerStep"
+from opscope.model.torch_names import PROFILER_STEP
+
+PROFILER_REQUESTER = PROFILER_STEP
 
 StepListener = Callable[[int], None]
 OptimizerListener = Callable[[Any, Any, Any], None]

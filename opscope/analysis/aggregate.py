@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from opscope.model.torch_names import PROFILER_STEP_PREFIX, PROFILER_STEP_WILDCARD
 from opscope.model.events import EventTable
 from opscope.model.function_event import FunctionEventAvg
 from opscope.model.records import SCOPE_USER
@@ -37,8 +38,8 @@ FILTERED_NAMES = (
     "aten::output_nr",
     "aten::_version",
 )
-STEP_PREFIX = "ProfilerStep#"
-STEP_WILDCARD = "ProfilerStep*"
+STEP_PREFIX = PROFILER_STEP_PREFIX
+STEP_WILDCARD = PROFILER_STEP_WILDCARD
 
 
 def display_name(name: str) -> str:

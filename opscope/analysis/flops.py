@@ -63,12 +63,13 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.analysis.ancestry import has_marked_descendant, nearest_marked
 from opscope.model.events import EventTable
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, RecordedInputs
 
 ELEMENTWISE_OPS = frozenset({"aten::add", "aten::mul"})
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX
 # Input types that are not tensors in RecordedInputs.types
 _NOT_TENSOR = frozenset({"", "Scalar", "ScalarList", "TensorList", "String"})
 # Ops allocating the gradients inside convolution_backward (see _conv_backward_mask)

@@ -21,11 +21,12 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from opscope.model.torch_names import MEMORY_EVENT
 from opscope.analysis.ancestry import subtree_sum
 from opscope.model.events import EventTable, sort_order
 from opscope.model.records import FLAG_MEMORY, MEMORY_DTYPE, NO_INPUTS, NO_STACK
 
-MEMORY_EVENT_NAME = "[memory]"
+MEMORY_EVENT_NAME = MEMORY_EVENT
 CPU_DEVICE_TYPE = 0
 
 

@@ -15,13 +15,14 @@ from typing import List, Tuple
 
 import numpy as np
 
+from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.analysis.aggregate import key_averages
 from opscope.analysis.memory_timeline import categorized_blocks, held_by_category
 from opscope.model.memory import CATEGORY_NAMES
 from opscope.model.records import SCOPE_USER
 from opscope.model.session import ProfileSession
 
-STEP_PREFIX = "ProfilerStep#"
+STEP_PREFIX = PROFILER_STEP_PREFIX
 
 
 @dataclass

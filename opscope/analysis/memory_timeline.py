@@ -34,13 +34,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.analysis.ancestry import nearest_marked
 from opscope.model.memory import (ACTIVATION, AUTOGRAD_DETAIL, CATEGORY_NAMES,
                                   SIGHTING_DTYPE, SIGHTING_PRIORITY, TEMPORARY, UNKNOWN)
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX
 BEFORE = -1  # t_alloc of memory that existed before the window
 ALIVE = -1  # t_free of memory still held at the end
 

@@ -46,13 +46,14 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.model.records import FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 from opscope.arguments import check_choice
 from opscope.model.trace_events import PYTHON_FUNCTION_RULES, TraceContents, trace_contents
 from opscope.model.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
 
-BACKWARD_WRAPPER_PREFIX = "autograd::engine::evaluate_function: "
+BACKWARD_WRAPPER_PREFIX = EVALUATE_FUNCTION_PREFIX
 
 __all__ = ["LoadedSession", "TraceLoadError", "load_session", "resolve_trace_path"]
 

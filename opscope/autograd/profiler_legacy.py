@@ -31,6 +31,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional
 
+from opscope.model.torch_names import MEMORY_EVENT
 from opscope.activity import ProfilerActivity
 from opscope.analysis.function_events import function_events
 from opscope.arguments import check_bool, check_choice, check_int, check_path
@@ -38,7 +39,7 @@ from opscope.autograd.legacy_export import (STACK_METRICS, write_legacy_stacks,
                                             write_legacy_trace)
 from opscope.event_list import EventList
 
-MEMORY_EVENT_NAME = "[memory]"
+MEMORY_EVENT_NAME = MEMORY_EVENT
 DEPRECATION = ("opscope.autograd.profile (torch.autograd.profiler_legacy.profile) is deprecated "
                "and will be removed; use opscope.profile instead, e.g. "
                "`with opscope.profile(record_shapes=True) as prof: ...`")

@@ -25,7 +25,7 @@ VERBS = (run, demo, report, table, diff, trigger)
 
 def build_parser() -> OneLineParser:
     """The argument parser of ``opscope`` with every verb registered."""
-    from opscope import __version__
+    from opscope.version import __version__
 
     parser = OneLineParser(
         prog="opscope", allow_abbrev=False,

@@ -17,10 +17,11 @@ from typing import Callable
 
 import torch
 
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.collect.python_rows import close_row, monotonic_ns, open_row
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX
 
 
 class BackwardHooks:

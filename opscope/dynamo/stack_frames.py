@@ -18,12 +18,11 @@ from typing import List, Optional, Sequence
 
 import torch
 
-import opscope
-
 from opscope.collect.stack_frames import FrameFormatter
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OPSCOPE_DIR = os.path.dirname(os.path.abspath(opscope.__file__)) + os.sep
+# this file is opscope/dynamo/stack_frames.py: the package folder is two levels up
+_OPSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Recorded frames show paths relative to their sys.path folder ("torch/nn/..."),
 # so each directory is also known by that short form.
 _SHORT = FrameFormatter()

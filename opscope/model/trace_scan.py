@@ -23,6 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from opscope.model.torch_names import MEMORY_EVENT
 from opscope.model.records import SCOPE_FUNCTION, SCOPE_USER
 from opscope.model.trace_file import TraceLoadError
 
@@ -237,7 +238,7 @@ class ScannedEvents:
     def _other(self, e: dict) -> None:
         ph = e.get("ph")
         if ph in ("i", "I"):
-            if e.get("name") == "[memory]":
+            if e.get("name") == MEMORY_EVENT:
                 self.memory.append(e)
             elif e.get("cat") == "cpu_instant_event":
                 self.instants.append(e)

@@ -61,7 +61,7 @@ def report_data(session: ProfileSession, *, title: Optional[str] = None,
 
 
 def _meta(session: ProfileSession, title: Optional[str]) -> Dict[str, Any]:
-    from opscope import __version__
+    from opscope.version import __version__
 
     table = session.table
     window_ns = max(0, int(session.stop_ns - session.start_ns))
