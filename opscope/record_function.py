@@ -67,7 +67,11 @@ class record_function:
     __slots__ = ("name", "args", "_handle")
 
     def __init__(self, name: str, args: Optional[str] = None):
-        self.name = _checked_name("name", name)
+        # Inline, one str method for the common case: a printable str has no NUL and no
+        # lone surrogate; anything else (tabs, controls, a wrong type) takes the full check.
+        if type(name) is not str or not name.isprintable():
+            name = check_name("record_function", "name", name)
+        self.name = name
         self.args = None if args is None else _checked_name("args", args)
         self._handle = None  # (collector, range handle) while open
 
