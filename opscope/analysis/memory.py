@@ -99,6 +99,7 @@ def with_memory_events(table: EventTable, memory: np.ndarray, owner: np.ndarray
         "flags": np.full(k, FLAG_MEMORY, dtype=table.flags.dtype),
         "input_offset": np.full(k, NO_INPUTS, dtype=table.input_offset.dtype),
         "stack_id": np.full(k, NO_STACK, dtype=np.int64),
+        "record": np.full(k, -1, dtype=np.int64),
     }
     cols = {c: np.concatenate([getattr(table, c), extra[c]]) for c in EventTable.COLUMNS}
     order = sort_order(cols["start_ns"], cols["end_ns"])

@@ -159,11 +159,14 @@ class EventTable:
 
     Times are ns on the collector clock; ``base_ns`` is the session start, so
     ``(start_ns - base_ns) / 1000`` is torch's relative ``time_range.start``.
+    ``record`` is the index in ``raw.records`` a row came from (-1: a row the
+    analysis added, such as a ``[memory]`` event), so per-record data of a
+    source (stacks, FLOPs of a saved trace) reaches its row without guessing.
     """
 
     COLUMNS = (
         "name_id", "start_ns", "end_ns", "thread_index", "rf_thread_id",
-        "fwd_thread_id", "seq_nr", "scope", "flags", "input_offset", "stack_id",
+        "fwd_thread_id", "seq_nr", "scope", "flags", "input_offset", "stack_id", "record",
     )
 
     def __init__(self, symbols: SymbolTable, columns: Dict[str, np.ndarray], *,
@@ -194,7 +197,9 @@ class EventTable:
             values = values if order is None else values[order]
             return np.ascontiguousarray(values, dtype=dtype)
 
-        columns = {name: column(rec[name]) for name in cls.COLUMNS if name != "stack_id"}
+        own = ("stack_id", "record")
+        columns = {name: column(rec[name]) for name in cls.COLUMNS if name not in own}
+        columns["record"] = column(np.arange(len(rec), dtype=np.int64))
         if raw.stack_ids is not None and len(raw.stack_ids) == len(rec):
             columns["stack_id"] = column(np.asarray(raw.stack_ids), np.int64)
         else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -222,6 +222,19 @@ class RawSession:
     # Python frames innermost first, as "file.py(12): function".
     stack_ids: Optional[np.ndarray] = None
     stack_table: Optional[List[List[str]]] = None
+    # What a source knows besides its records. ``build_session`` takes it all,
+    # so nothing edits a session after it is built.
+    # opscope.itt.mark() calls: (collector-clock ns, OS thread id, message)
+    marks: List[Tuple[int, int, str]] = field(default_factory=list)
+    # profile_memory: tensors seen in known roles (model.memory.SIGHTING_DTYPE)
+    memory_sightings: Optional[np.ndarray] = None
+    # with_modules: range name -> model.modules.ModuleInfo, and every forward call
+    modules: Optional[Dict[str, Any]] = None
+    module_calls: List[Any] = field(default_factory=list)
+    # a saved trace's own FLOPs per record (None: estimate them from the inputs)
+    flops: Optional[np.ndarray] = None
+    # OS thread id -> name, from a saved trace's metadata events
+    thread_names: Dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> "RawSession":

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -76,3 +76,21 @@ class ProfileSession:
     modules: Optional[Dict[str, ModuleInfo]] = None
     # with_modules: every forward call with its autograd sequence numbers, call order
     module_calls: List[ModuleCall] = field(default_factory=list)
+    # derived per-event facts, each computed once on first use (see ``derived``)
+    _derived: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: str, compute: Callable[["ProfileSession"], Any]) -> Any:
+        """``compute(self)``, cached under ``key``: a derived fact is computed once.
+
+        Analysis defines the facts (``opscope.analysis``); exporters and the
+        report read them through it, so none recomputes what another did.
+
+        >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+        >>> s.derived("n", lambda s: len(s.table)), s.derived("n", lambda s: -1)
+        (0, 0)
+        """
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = compute(self)
+            return value
