@@ -25,7 +25,9 @@ def build_session(raw: RawSession, **kwargs) -> ProfileSession:
     """Drop torch's utility ops, sort, nest and compute self times (and FLOPs with
     ``with_flops`` in ``options``).
 
-    ``kwargs`` go to ProfileSession.
+    What the source knew besides its records (metadata, marks, memory
+    sightings, modules) comes from ``raw``; ``kwargs`` go to ProfileSession
+    and win over it.
     """
     table = EventTable.from_raw(raw)
     keep = filtered_mask(table)
@@ -38,10 +40,14 @@ def build_session(raw: RawSession, **kwargs) -> ProfileSession:
         memory = sorted_memory(raw.memory)
         table, owner = with_memory_events(table, memory, attribute(table, memory))
         per_event = event_memory(table, memory, owner)
+    given = dict(metadata=dict(raw.metadata), marks=list(raw.marks),
+                 memory_sightings=raw.memory_sightings, modules=raw.modules,
+                 module_calls=list(raw.module_calls))
+    given.update(kwargs)
     session = ProfileSession(table=table, start_ns=raw.start_ns, stop_ns=raw.stop_ns,
                              epoch_offset_ns=raw.epoch_offset_ns, collector=raw.collector,
                              process_id=raw.process_id or os.getpid(), memory=memory,
-                             memory_owner=owner, event_memory=per_event, **kwargs)
+                             memory_owner=owner, event_memory=per_event, **given)
     if session.stacks is None:
         session.stacks = event_stacks(table, raw.stack_table)
     if session.options.get("with_flops") and session.flops is None:
