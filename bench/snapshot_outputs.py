@@ -69,7 +69,7 @@ def record_inputs(folder: str) -> None:
 
 def _load(path):
     try:
-        from opscope.load import load_session
+        from opscope.analysis.build import load_session
     except ImportError:
         from opscope.analysis.trace_loader import load_session
     return load_session(path)

@@ -23,7 +23,8 @@ from opscope import (
 )
 from opscope.activity import resolve_activity_configs
 from opscope.analysis.aggregate import session_key_averages
-from opscope.analysis.trace_loader import TraceLoadError, load_session
+from opscope.analysis.build import load_session
+from opscope.load import TraceLoadError
 from opscope.configs import CONFIGS_METADATA_KEY
 from opscope.event_list import EventList
 from opscope.model.function_event import FunctionEvent

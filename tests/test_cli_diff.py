@@ -65,7 +65,7 @@ def _first_op_row(text: str) -> str:
 # -- real profiles --------------------------------------------------------------------------
 
 def test_trace_against_itself_shows_no_change(traces, tmp_path, capsys):
-    from opscope.analysis.trace_loader import load_session
+    from opscope.analysis.build import load_session
 
     session = load_session(traces["base"])
     diff = diff_sessions(session, session)
@@ -101,7 +101,7 @@ def test_added_matmul_is_the_top_regression(traces, tmp_path, capsys):
 
 
 def test_added_matmul_counts(traces):
-    from opscope.analysis.trace_loader import load_session
+    from opscope.analysis.build import load_session
 
     diff = diff_sessions(load_session(traces["base"]), load_session(traces["matmul"]))
     top = diff.regressions[0]
@@ -166,7 +166,7 @@ aten::new      0.000us    40.000us    +40.000us      new      0.000us     40.000
 
 
 def test_modules_only_when_both_sides_have_them(traces):
-    from opscope.analysis.trace_loader import load_session
+    from opscope.analysis.build import load_session
 
     with_modules = load_session(traces["base"])
     a, _ = _sessions()

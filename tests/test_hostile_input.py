@@ -17,7 +17,8 @@ import zlib
 
 import pytest
 
-from opscope.analysis.trace_loader import TraceLoadError, load_session
+from opscope.analysis.build import load_session
+from opscope.load import TraceLoadError
 from opscope.cli.terminal import terminal_safe
 from opscope.report.page import render_html
 

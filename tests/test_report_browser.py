@@ -221,9 +221,9 @@ def test_every_view_shows_a_training_profile(browser, artifacts, tmp_path):
 
 
 def test_a_torch_profiler_trace_renders(browser, artifacts, tmp_path):
-    """A trace written by the real torch.profiler, loaded by opscope.analysis.trace_loader."""
+    """A trace written by the real torch.profiler, loaded by opscope.analysis.build.load_session."""
     torch_profiler = pytest.importorskip("torch.profiler")
-    from opscope.analysis.trace_loader import load_session
+    from opscope.analysis.build import load_session
     from workloads import mlp_step_fn
 
     step = mlp_step_fn()

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from opscope.analysis.aggregate import key_averages
-from opscope.analysis.trace_loader import load_session
+from opscope.analysis.build import load_session
 from opscope.cli.main import main
 from opscope.event_list import EventList
-from opscope.model.trace_events import python_function_rule
+from opscope.load.trace_events import python_function_rule
 
 from test_trace_loader import table_cells
 from workloads import mlp_step_fn

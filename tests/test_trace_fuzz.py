@@ -24,7 +24,8 @@ import torch
 
 import opscope
 from opscope.analysis.diff import diff_sessions
-from opscope.analysis.trace_loader import TraceLoadError, load_session
+from opscope.analysis.build import load_session
+from opscope.load import TraceLoadError
 from opscope.cli.table import session_table
 from opscope.export.diff_text import format_diff
 from opscope.report import render_html, report_data

@@ -21,8 +21,10 @@ from opscope.analysis.aggregate import key_averages
 from opscope.event_list import EventList
 from opscope.export.chrome_trace import write_chrome_trace
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_USER, decode_inputs
-from opscope.model.trace_inputs import encode_trace_inputs
-from opscope.analysis.trace_loader import LoadedSession, TraceLoadError, load_session
+from opscope.load.trace_inputs import encode_trace_inputs
+from opscope.analysis.build import load_session
+from opscope.load import TraceLoadError
+from opscope.model.session import ProfileSession
 
 from synthetic import Op, TensorSpec, make_session
 from workloads import mlp_step_fn, torch_profiler_trace
@@ -65,7 +67,7 @@ def mlp_traces(tmp_path_factory):
 def test_round_trip_key_averages_table_is_identical(mlp_traces, shapes):
     prof, path = mlp_traces[shapes]
     loaded = load_session(path)
-    assert isinstance(loaded, LoadedSession)
+    assert isinstance(loaded, ProfileSession)
     assert loaded.source_path == path
     assert loaded.options["record_shapes"] is shapes
     live_text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=-1)

@@ -20,11 +20,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional
+import copy
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.events import EventTable
+from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 
 
 def assign_parents(table: EventTable) -> np.ndarray:
@@ -196,3 +199,69 @@ def build_tree(table: EventTable) -> EventTable:
     np.add.at(child_total, table.parent[has], dur[has])
     table.self_ns = dur - child_total
     return table
+
+
+def infer_backward_nodes(table: EventTable) -> None:
+    """Give autograd nodes without a sequence number their backward scope.
+
+    A saved trace marks a backward node only by its ``Fwd thread id``, written
+    only with a sequence number; a node without one (``AccumulateGrad``) is
+    recognised as a child named like its
+    ``autograd::engine::evaluate_function: <node>`` parent. A collector
+    records the scope itself, so this changes nothing in a live session.
+
+    >>> import numpy as np
+    >>> from opscope.model.events import SymbolTable
+    >>> from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX as P
+    >>> cols = {c: np.zeros(2, dtype=np.int64) for c in EventTable.COLUMNS}
+    >>> cols["name_id"] = np.array([0, 1]); cols["end_ns"] = np.array([9, 5])
+    >>> t = build_tree(EventTable(SymbolTable([P + "AccumulateGrad", "AccumulateGrad"]), cols))
+    >>> infer_backward_nodes(t); t.scope.tolist()  # 1: SCOPE_BACKWARD_FUNCTION
+    [0, 1]
+    """
+    if len(table) == 0:
+        return
+    names = table.symbols.names
+    wrapper_of = np.full(len(names), -1, dtype=np.int64)
+    for node_id, name in enumerate(names):
+        wrapper = table.symbols.id_of(EVALUATE_FUNCTION_PREFIX + name)
+        if wrapper is not None:
+            wrapper_of[node_id] = wrapper
+    rows = np.flatnonzero((table.parent >= 0) & (table.scope == SCOPE_FUNCTION))
+    expected = wrapper_of[table.name_id[rows]]
+    match = (expected >= 0) & (table.name_id[table.parent[rows]] == expected)
+    table.scope[rows[match]] = SCOPE_BACKWARD_FUNCTION
+
+
+def without_rows(table: EventTable, drop: np.ndarray,
+                 per_row: Dict[str, Any]) -> Tuple[EventTable, Dict[str, Any]]:
+    """The table without the rows ``drop``, everyone's self time kept as it was.
+
+    The self times were computed with those rows in the tree (torch 2.15
+    builds its tree with Python functions, then leaves them out of
+    ``key_averages``). A kept row's parent becomes its nearest kept ancestor.
+    ``per_row`` holds the session's per-row values (``stacks``, ``flops``,
+    ``event_memory``, ``memory_owner``: memory owned by a dropped row is owned
+    by none); a copy with them taken is returned.
+    """
+    keep = ~drop
+    rows = np.flatnonzero(keep)
+    parent = table.parent.astype(np.int64)
+    dropped = np.append(drop, False)  # index -1 (no parent) is never dropped
+    while dropped[parent].any():  # pointer jumping; -1 stays -1
+        parent = np.where(dropped[parent], np.append(parent, -1)[parent], parent)
+    source = copy.copy(table)
+    source.parent = parent.astype(table.parent.dtype)
+    out = dict(per_row)
+    if out.get("stacks") is not None:
+        out["stacks"] = [out["stacks"][i] for i in rows.tolist()]
+    if out.get("flops") is not None:
+        out["flops"] = out["flops"][rows]
+    if out.get("event_memory") is not None:
+        out["event_memory"] = {k: v[rows] for k, v in out["event_memory"].items()}
+    if out.get("memory_owner") is not None:
+        remap = np.full(len(keep) + 1, -1, dtype=np.int64)
+        remap[rows] = np.arange(len(rows))
+        owner = np.asarray(out["memory_owner"])
+        out["memory_owner"] = remap[owner].astype(owner.dtype)
+    return source.take(keep), out

@@ -94,7 +94,7 @@ def parse_max_trace_size(text: str) -> int:
     ...
     argparse.ArgumentTypeError: expected a size in bytes such as 4096, 512M or 8G; got '0'
     """
-    from opscope.model.trace_file import parse_size
+    from opscope.load.trace_file import parse_size
 
     try:
         return parse_size(text)

@@ -70,7 +70,8 @@ def output_path(output: str, trace_file: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Load the trace and write its report; return the exit status."""
-    from opscope.analysis.trace_loader import TraceLoadError, load_session, resolve_trace_path
+    from opscope.analysis.build import load_session
+    from opscope.load import TraceLoadError, resolve_trace_path
     from opscope.report import write_report
 
     try:

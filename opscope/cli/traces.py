@@ -17,10 +17,12 @@ from typing import Optional
 from opscope.cli.errors import UsageError
 from opscope.cli.progress import progress
 from opscope.cli.terminal import terminal_safe
-from opscope.analysis.trace_loader import LoadedSession, TraceLoadError, load_session
+from opscope.analysis.build import load_session
+from opscope.load import TraceLoadError
+from opscope.model.session import ProfileSession
 
 
-def load_trace(path: str, max_bytes: Optional[int] = None) -> LoadedSession:
+def load_trace(path: str, max_bytes: Optional[int] = None) -> ProfileSession:
     """``load_session(path, max_bytes)``; a problem with the file is a one-line :class:`UsageError`.
 
     ``max_bytes`` is ``--max-trace-size`` (None: ``OPSCOPE_MAX_TRACE_BYTES`` or 4 GiB).

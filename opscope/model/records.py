@@ -1,6 +1,7 @@
 """The recorded session: what a collector wrote, before any analysis.
 
-Both collectors (native and Python) produce a :class:`RawSession`. Records are
+Both sources produce a :class:`RawSession`: the live collectors (native and
+Python, ``opscope.collect``) and saved traces (``opscope.load``). Records are
 one numpy structured array (``RECORD_DTYPE``, 48 bytes a record); recorded
 inputs are int64 blobs, one per thread, in the encoding ``decode_inputs`` reads.
 Collectors write this format; nothing here touches torch.
@@ -40,6 +41,7 @@ NO_INPUTS = 0xFFFFFFFF
 FLAG_UNFINISHED = 1
 FLAG_ASYNC = 2
 FLAG_MEMORY = 4  # a top-level "[memory]" event: an allocation made outside any op
+FLAG_PYTHON_FUNCTION = 8  # a saved trace's ``python_function`` event (torch's with_stack)
 
 # One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator
 # (observer.cpp: MemRecord). device_type is c10::DeviceType (0: CPU).
@@ -235,6 +237,15 @@ class RawSession:
     flops: Optional[np.ndarray] = None
     # OS thread id -> name, from a saved trace's metadata events
     thread_names: Dict[int, str] = field(default_factory=dict)
+    # what the user asked for (model.session.OPTION_NAMES); None: all off
+    options: Optional[Dict[str, bool]] = None
+    # False: the stacks are final per record (a saved trace's); True: a backward
+    # node takes its forward op's stack (what a collector recorded)
+    link_backward_stacks: bool = True
+    # a saved trace: its path, and what its python_function records are (see
+    # load.trace_events.PYTHON_FUNCTION_RULES; "hidden": in the tree, not rows)
+    source_path: str = ""
+    python_functions: str = "counted"
 
     @classmethod
     def empty(cls) -> "RawSession":

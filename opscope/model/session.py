@@ -7,7 +7,7 @@ Build one with ``opscope.analysis.build.build_session(raw)``.
 
 Example::
 
-    >>> from opscope.model.records import RawSession  # noqa: F401  (doctest)
+    >>> from opscope.model.records import FLAG_PYTHON_FUNCTION, RawSession  # noqa: F401
     >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
     >>> s.options["record_shapes"], len(s.table)
     (False, 0)
@@ -23,7 +23,7 @@ import numpy as np
 
 from opscope.model.events import EventTable
 from opscope.model.modules import ModuleCall, ModuleInfo
-from opscope.model.records import RawSession  # noqa: F401  (doctest)
+from opscope.model.records import FLAG_PYTHON_FUNCTION, RawSession  # noqa: F401
 
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
@@ -76,8 +76,18 @@ class ProfileSession:
     modules: Optional[Dict[str, ModuleInfo]] = None
     # with_modules: every forward call with its autograd sequence numbers, call order
     module_calls: List[ModuleCall] = field(default_factory=list)
+    # A saved trace's: the file read (for a folder, the trace chosen in it), OS thread
+    # id -> name, and its python_function rule (load.trace_events.PYTHON_FUNCTION_RULES)
+    source_path: str = ""
+    thread_names: Dict[int, str] = field(default_factory=dict)
+    python_functions: str = "counted"
     # derived per-event facts, each computed once on first use (see ``derived``)
     _derived: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def python_function_rows(self) -> np.ndarray:
+        """Per event: True where it is a saved trace's ``python_function`` event."""
+        return (self.table.flags & FLAG_PYTHON_FUNCTION) != 0
 
     def derived(self, key: str, compute: Callable[["ProfileSession"], Any]) -> Any:
         """``compute(self)``, cached under ``key``: a derived fact is computed once.

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained file viewing a whole profile.
 
 ``write_report(session, path)`` renders a ``ProfileSession`` (from
-``prof.session``, or from a saved trace via ``opscope.analysis.trace_loader``)
+``prof.session``, or from a saved trace via ``opscope.analysis.build.load_session``)
 with views for the step overview, operators, modules, flame graph, timeline,
 memory and rule-based recommendations. All scripts and styles are inline:
 the file opens offline in any browser.

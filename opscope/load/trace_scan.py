@@ -25,7 +25,7 @@ import numpy as np
 
 from opscope.model.torch_names import MEMORY_EVENT
 from opscope.model.records import SCOPE_FUNCTION, SCOPE_USER
-from opscope.model.trace_file import TraceLoadError
+from opscope.load.trace_file import TraceLoadError
 
 # The largest |time| in microseconds: its nanoseconds, doubled, still fit in int64.
 MAX_MICROSECONDS = 4e15
@@ -82,7 +82,7 @@ def float_column(values: Sequence[Any], what: str, path: str, events: Sequence[d
     >>> float_column(["soon"], "ts", "t.json", events[1:], events)
     Traceback (most recent call last):
     ...
-    opscope.model.trace_file.TraceLoadError: trace 't.json': traceEvents[1].ts (event 'mm'): expected a number of microseconds, got string 'soon'
+    opscope.load.trace_file.TraceLoadError: trace 't.json': traceEvents[1].ts (event 'mm'): expected a number of microseconds, got string 'soon'
     """
     out = None
     if not set(map(type, values)) - {int, float}:  # numpy would also take "5" and True
@@ -119,6 +119,15 @@ def int_column(values: Sequence[Any], default: int) -> np.ndarray:
         pass
     return np.array([v if type(v) is int and -2 ** 63 <= v < 2 ** 63 else default
                      for v in values], dtype=np.int64)
+
+
+def hashable(value: Any) -> Any:
+    """``value`` if it can be a dict key, else its text (a list where an id should be).
+
+    >>> hashable(3), hashable([1])
+    (3, '[1]')
+    """
+    return value if isinstance(value, (str, int, float, type(None))) else str(value)
 
 
 class OpColumns(NamedTuple):

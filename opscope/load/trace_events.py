@@ -12,8 +12,11 @@ torch that wrote the trace (``python_function_rule``), as its own
 - ``"absent"`` (torch 2.4 to 2.8): not events at all; they are dropped here;
 - ``"counted"`` (torch 2.13): events and ``key_averages`` rows, ops nest under them;
 - ``"hidden"`` (torch 2.15): events (ops nest under them, so their parents'
-  self times exclude them) but not ``key_averages`` rows by default; the
-  loader drops their rows after the tree is built.
+  self times exclude them) but not ``key_averages`` rows by default;
+  ``build_session`` drops their rows after the tree is built.
+
+Their records carry ``FLAG_PYTHON_FUNCTION``, and the rule goes in
+``RawSession.python_functions``.
 
 - ``ts``/``dur`` (microseconds, three decimals) become integer nanoseconds;
   the clock is "nanoseconds since ``baseTimeNanoseconds``", which is the
@@ -29,7 +32,8 @@ torch that wrote the trace (``python_function_rule``), as its own
 
 ``[memory]`` instant events become the allocator records of ``raw.memory``
 (``records.MEMORY_DTYPE``), which ``build_session`` attributes to ops as it
-does for a live profile. Records come out sorted by ``(start, -end)``.
+does for a live profile; they, the settings, marks and modules are read by
+``trace_settings``. Records come out sorted by ``(start, -end)``.
 Device-side events (GPU kernels, memcpy) are not read. The scan over the
 events is in ``trace_scan``.
 
@@ -38,18 +42,16 @@ Example::
     >>> doc = {"traceEvents": [
     ...     {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 7,
     ...      "ts": 10.5, "dur": 2.25, "args": {"Input Dims": [[2], [2]]}}]}
-    >>> c = trace_contents(doc, "t.json")
-    >>> c.raw.names, c.raw.records["start_ns"].tolist(), c.raw.records["end_ns"].tolist()
+    >>> raw = trace_session(doc, "t.json")
+    >>> raw.names, raw.records["start_ns"].tolist(), raw.records["end_ns"].tolist()
     (['aten::add'], [10500], [12750])
-    >>> c.raw.inputs_of(0, 0).shapes
+    >>> raw.inputs_of(0, 0).shapes
     [[2], [2]]
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Dict, List, Optional, Tuple
@@ -57,18 +59,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from opscope.model.events import sort_order
-from opscope.model.records import (MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE,
+from opscope.load.trace_inputs import encode_trace_inputs
+from opscope.load.trace_scan import (OP_CATEGORIES, OpColumns, ScannedEvents, float_column,
+                                     hashable, int_column, intern_values, op_columns, to_ns)
+from opscope.load.trace_settings import (memory_records, trace_marks, trace_modules,
+                                         trace_settings)
+from opscope.model.records import (FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, RawSession)
-from opscope.model.session import OPTION_NAMES
-from opscope.model.trace_inputs import encode_trace_inputs
-from opscope.model.trace_scan import (OP_CATEGORIES, ScannedEvents, float_column, int_column,
-                                      intern_values, op_columns, to_ns)
 
-# Top-level keys that describe the file, not the session (never kept as metadata).
-FORMAT_KEYS = frozenset({
-    "schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit",
-    "baseTimeNanoseconds", "traceEvents", "traceName",
-})
 _INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 _INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
 MAX_EPOCH_NS = 4 * 10 ** 18  # baseTimeNanoseconds past this (year 2096) is not a clock
@@ -99,32 +97,6 @@ def python_function_rule(doc: Dict[str, Any], python_events: List[dict]) -> str:
     return "counted" if "host_name" in doc else "absent"
 
 
-@dataclass
-class TraceContents:
-    """What a trace holds, in model terms: the records and what goes beside them.
-
-    ``stacks`` is per record (same order as ``raw.records``), or None when the
-    trace has no ``Call stack`` args at all. ``is_python_function`` is per
-    record too: True where it came from a ``python_function`` event (None when
-    none did);
-    ``module_args`` maps the name of each ``user_annotation`` range that marks
-    a module (its args have ``Module Class``) to those args. ``flops`` is per
-    record, from the ``flops`` args (None when no event has one). ``marks``
-    are the other CPU instant events, as ``ProfileSession.marks`` holds them.
-    """
-
-    raw: RawSession
-    stacks: Optional[List[Optional[List[str]]]]
-    options: Dict[str, bool]
-    metadata: Dict[str, str]
-    is_python_function: Optional[np.ndarray] = None
-    module_args: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    flops: Optional[np.ndarray] = None
-    marks: List[Tuple[int, int, str]] = field(default_factory=list)
-    thread_names: Dict[int, str] = field(default_factory=dict)
-    python_functions: str = "counted"
-
-
 def split_call_stack(text: str) -> List[str]:
     """Frames of a ``Call stack`` arg, innermost first.
 
@@ -137,13 +109,13 @@ def split_call_stack(text: str) -> List[str]:
     return frames
 
 
-def trace_contents(doc: Dict[str, Any], path: str,
-                   python_functions: Optional[str] = None) -> TraceContents:
-    """Build the records, stacks, memory events and settings of a parsed trace.
+def trace_session(doc: Dict[str, Any], path: str,
+                  python_functions: Optional[str] = None) -> RawSession:
+    """The RawSession of a parsed trace: records, inputs, stacks, memory, settings.
 
-    ``path`` is only used in error messages. ``python_functions`` is one of
-    ``PYTHON_FUNCTION_RULES``, or None for the rule of the torch that wrote
-    the trace (``python_function_rule``).
+    ``path`` names the file in error messages and becomes ``source_path``.
+    ``python_functions`` is one of ``PYTHON_FUNCTION_RULES``, or None for the
+    rule of the torch that wrote the trace (``python_function_rule``).
     """
     trace_events = doc["traceEvents"]
     found = ScannedEvents(trace_events)
@@ -153,10 +125,6 @@ def trace_contents(doc: Dict[str, Any], path: str,
     if python_functions == "absent":
         found.drop_python_functions()
     ops = found.ops
-    base_ns = doc.get("baseTimeNanoseconds")
-    # an epoch offset outside 1970..2096 (or not an integer) is ignored, as if absent
-    epoch_offset_ns = base_ns if type(base_ns) is int and 0 <= base_ns <= MAX_EPOCH_NS else 0
-
     cols = op_columns(ops)
     ts = float_column(cols.ts, "ts", path, ops, trace_events)
     dur = float_column(cols.dur, "dur", path, ops, trace_events)
@@ -165,14 +133,39 @@ def trace_contents(doc: Dict[str, Any], path: str,
     origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
     start = to_ns(ts, origin_us)
     end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
-
-    names, name_id = intern_values(cols.names)
     tids, thread_index = intern_values(cols.tids)
-    memory = _memory_records(found.memory, origin_us, path, tids,
-                             trace_events)  # may add threads
-    thread_ids = [t if type(t) is int and -2 ** 63 <= t < 2 ** 63 else k
-                  for k, t in enumerate(tids)]
-    args = cols.args
+    memory = memory_records(found.memory, origin_us, path, tids, trace_events)  # may add threads
+    names, records, user_rows = _records(found, cols, start, end, thread_index, tids)
+    records["flags"][found.is_python] = FLAG_PYTHON_FUNCTION
+    inputs = _encode_inputs(cols.args, thread_index, len(tids), records)
+    stack_ids, stack_table = _stacks(cols.args)
+    flops = _flops(cols.args)
+    order = sort_order(start, end)
+    if len(order) and not np.array_equal(order, np.arange(len(order))):
+        records = records[order]
+        stack_ids = None if stack_ids is None else stack_ids[order]
+        flops = None if flops is None else flops[order]
+    options, metadata = trace_settings(doc)
+    start_ns, stop_ns = _window(found.span, start, end, origin_us)
+    return RawSession(
+        records=records, inputs=inputs, names=names, start_ns=start_ns, stop_ns=stop_ns,
+        thread_ids=[t if type(t) is int and -2 ** 63 <= t < 2 ** 63 else k
+                    for k, t in enumerate(tids)],
+        epoch_offset_ns=_epoch_offset(doc), collector="trace",
+        process_id=_process_id(ops), memory=memory, metadata=metadata,
+        stack_ids=stack_ids, stack_table=stack_table, flops=flops,
+        marks=trace_marks(found.instants, origin_us, path, trace_events),
+        modules=trace_modules(ops, cols.args, user_rows, options["with_modules"]),
+        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)},
+        options=options, link_backward_stacks=False, source_path=path,
+        python_functions=python_functions)
+
+
+def _records(found: ScannedEvents, cols: OpColumns, start: np.ndarray, end: np.ndarray,
+             thread_index: np.ndarray, tids: List[Any]):
+    """Names, records (trace order; inputs not yet encoded) and the user-range rows."""
+    ops, args = found.ops, cols.args
+    names, name_id = intern_values(cols.names)
     seq = int_column(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
     fwd = int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0)
     cat_names, cat_id = intern_values(cols.cats)
@@ -182,7 +175,6 @@ def trace_contents(doc: Dict[str, Any], path: str,
     scope[(fwd != 0) & (scope == SCOPE_FUNCTION)] = SCOPE_BACKWARD_FUNCTION
     user_rows = np.flatnonzero(cat_id == cat_names.index("user_annotation")) \
         if "user_annotation" in cat_names else np.zeros(0, dtype=np.int64)
-
     records = np.zeros(len(ops), dtype=RECORD_DTYPE)
     records["start_ns"] = start
     records["end_ns"] = end
@@ -193,57 +185,45 @@ def trace_contents(doc: Dict[str, Any], path: str,
     records["rf_thread_id"] = _rf_thread_ids(found, ops, fwd, tids)[thread_index] \
         if len(ops) else 0
     records["scope"] = scope
-    inputs = _encode_inputs(args, thread_index, len(tids), records)
-
-    stacks: Optional[List[Optional[List[str]]]] = None
-    texts = list(map(methodcaller("get", "Call stack"), args))
-    if texts.count(None) < len(texts):
-        parsed: Dict[str, List[str]] = {}
-        stacks = [None if not isinstance(t, str) else
-                  parsed.get(t) or parsed.setdefault(t, split_call_stack(t)) for t in texts]
-
-    flops: Optional[np.ndarray] = None
-    flop_values = list(map(methodcaller("get", "flops", 0), args))
-    if flop_values.count(0) < len(flop_values):
-        flops = int_column(flop_values, 0)
-
-    is_python = found.is_python.copy() if found.is_python.any() else None
-    order = sort_order(start, end)
-    if len(order) and not np.array_equal(order, np.arange(len(order))):
-        records = records[order]
-        if is_python is not None:
-            is_python = is_python[order]
-        if stacks is not None:
-            stacks = [stacks[i] for i in order.tolist()]
-        if flops is not None:
-            flops = flops[order]
-
-    start_ns, stop_ns = _window(found.span, start, end, origin_us)
-    pids = [e.get("pid") for e in ops[:1]]
-    raw = RawSession(
-        records=records, inputs=inputs, thread_ids=thread_ids,
-        names=[n if isinstance(n, str) else str(n) for n in names],
-        start_ns=start_ns, stop_ns=stop_ns, epoch_offset_ns=epoch_offset_ns,
-        collector="trace", process_id=pids[0] if pids and type(pids[0]) is int and
-        -2 ** 63 <= pids[0] < 2 ** 63 else 0,
-        memory=memory)
-    options, metadata = _settings(doc)
-    return TraceContents(
-        raw=raw, stacks=stacks, options=options, metadata=metadata,
-        is_python_function=is_python,
-        module_args=_module_args(ops, args, user_rows), flops=flops,
-        marks=_marks(found.instants, origin_us, path, trace_events),
-        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)},
-        python_functions=python_functions)
+    return [n if isinstance(n, str) else str(n) for n in names], records, user_rows
 
 
-def hashable(value: Any) -> Any:
-    """``value`` if it can be a dict key, else its text (a list where an id should be).
+def _stacks(args: List[dict]) -> Tuple[Optional[np.ndarray], Optional[List[List[str]]]]:
+    """Per record a stack id (NO_STACK: none) and the frames of each id, from ``Call stack``.
 
-    >>> hashable(3), hashable([1])
-    (3, '[1]')
+    (None, None) when no event has one. Equal texts share an id.
     """
-    return value if isinstance(value, (str, int, float, type(None))) else str(value)
+    texts = list(map(methodcaller("get", "Call stack"), args))
+    if texts.count(None) == len(texts):
+        return None, None
+    ids: Dict[str, int] = {}
+    table: List[List[str]] = []
+    out = np.full(len(texts), NO_STACK, dtype=np.int64)
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            k = ids.get(text)
+            if k is None:
+                k = ids[text] = len(table)
+                table.append(split_call_stack(text))
+            out[i] = k
+    return out, table
+
+
+def _flops(args: List[dict]) -> Optional[np.ndarray]:
+    """Per record, the ``flops`` arg (0 where none); None when no event has one."""
+    values = list(map(methodcaller("get", "flops", 0), args))
+    return None if values.count(0) == len(values) else int_column(values, 0)
+
+
+def _epoch_offset(doc: Dict[str, Any]) -> int:
+    """``baseTimeNanoseconds``; one outside 1970..2096 (or not an integer) counts as absent."""
+    base_ns = doc.get("baseTimeNanoseconds")
+    return base_ns if type(base_ns) is int and 0 <= base_ns <= MAX_EPOCH_NS else 0
+
+
+def _process_id(ops: List[dict]) -> int:
+    pid = ops[0].get("pid") if ops else None
+    return pid if type(pid) is int and -2 ** 63 <= pid < 2 ** 63 else 0
 
 
 def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us: int):
@@ -342,75 +322,3 @@ def _encode_inputs(args: List[dict], thread_index: np.ndarray, n_threads: int,
     if rows:
         records["input_offset"][rows] = found
     return [np.array(b, dtype=np.int64) for b in blobs]
-
-
-def _settings(doc: Dict[str, Any]):
-    """Options (the flag keys) and metadata (other top-level keys, as JSON text)."""
-    options = {name: bool(doc.get(name)) for name in OPTION_NAMES}
-    metadata: Dict[str, str] = {}
-    for key, value in doc.items():
-        if key in FORMAT_KEYS or not isinstance(key, str):
-            continue
-        if key in OPTION_NAMES:
-            if options[key]:
-                metadata[key] = "1"  # as opscope.profile records it
-            continue
-        try:
-            metadata[key] = json.dumps(value, allow_nan=False)
-        except ValueError:
-            continue
-    return options, metadata
-
-
-_MEMORY_ARGS = (("addr", "Addr"), ("bytes", "Bytes"), ("total_allocated", "Total Allocated"),
-                ("total_reserved", "Total Reserved"), ("device_type", "Device Type"),
-                ("device_index", "Device Id"))
-
-
-def _memory_records(events: List[dict], origin_us: int, path: str,
-                    tids: List[Any], trace_events: List[Any]) -> np.ndarray:
-    """``[memory]`` instants as allocator records (``MEMORY_DTYPE``), in trace order.
-
-    A thread seen only in memory events is appended to ``tids``.
-    """
-    out = np.zeros(len(events), dtype=MEMORY_DTYPE)
-    if not events:
-        return out
-    out["time_ns"] = to_ns(float_column([e.get("ts") for e in events], "ts", path, events,
-                                        trace_events), origin_us)
-    index = {t: i for i, t in enumerate(tids)}
-    keys = [hashable(e.get("tid")) for e in events]
-    for key in keys:
-        if key not in index:
-            index[key] = len(tids)
-            tids.append(key)
-    out["thread_index"] = [index[key] for key in keys]
-    args = [e.get("args") if type(e.get("args")) is dict else {} for e in events]
-    for column, key in _MEMORY_ARGS:
-        default = -1 if column == "device_index" else 0
-        values = int_column(list(map(methodcaller("get", key, default), args)), default)
-        if column.startswith("device"):
-            values = np.clip(values, -128, 127)
-        out[column] = values
-    return out
-
-
-def _marks(events: List[dict], origin_us: int, path: str,
-           trace_events: List[Any]) -> List[Tuple[int, int, str]]:
-    """(ns, OS thread id, message) of each CPU instant event (``opscope.itt.mark``)."""
-    if not events:
-        return []
-    ts = to_ns(float_column([e.get("ts") for e in events], "ts", path, events, trace_events),
-               origin_us).tolist()
-    return [(t, e.get("tid") if type(e.get("tid")) is int and abs(e.get("tid")) < 2 ** 63
-             else 0, str(e.get("name"))) for t, e in zip(ts, events)]
-
-
-def _module_args(ops: List[dict], args: List[dict],
-                 user_rows: np.ndarray) -> Dict[str, Dict[str, Any]]:
-    """Args of the ranges that mark an ``nn.Module`` call, by range name."""
-    out: Dict[str, Dict[str, Any]] = {}
-    for i in user_rows.tolist():
-        if "Module Class" in args[i]:
-            out.setdefault(str(ops[i].get("name")), args[i])
-    return out

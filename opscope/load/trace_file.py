@@ -33,7 +33,7 @@ Example::
     >>> read_trace_document(path + ".missing")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    opscope.model.trace_file.TraceLoadError: trace '...t.json.missing': no such file or folder
+    opscope.load.trace_file.TraceLoadError: trace '...t.json.missing': no such file or folder
 """
 
 from __future__ import annotations

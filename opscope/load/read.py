@@ -1,0 +1,84 @@
+"""Read a saved trace file (or the newest in a folder) into a RawSession.
+
+>>> import json, os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+>>> _ = open(path, "w").write(json.dumps({"traceEvents": [
+...     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2,
+...      "ts": 1, "dur": 5}]}))
+>>> raw = read_trace(path)
+>>> raw.names, raw.source_path == path, raw.collector
+(['aten::mm'], True, 'trace')
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from opscope.arguments import check_choice
+from opscope.load.trace_events import PYTHON_FUNCTION_RULES, trace_session
+from opscope.load.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
+from opscope.model.records import RawSession
+
+
+def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = None,
+               python_functions: Optional[str] = None) -> RawSession:
+    """The RawSession of the trace at ``path`` (a file, or a folder's newest trace).
+
+    ``python_functions`` overrides the rule for ``python_function`` events
+    (one of "absent", "counted", "hidden"); None applies the rule of the torch
+    that wrote the trace. Raises :class:`TraceLoadError` naming the file for
+    anything wrong with it (see ``trace_file``).
+    """
+    check_choice("load_session", "python_functions", python_functions,
+                 (None,) + PYTHON_FUNCTION_RULES)
+    file = resolve_trace_path(path)
+    with collection_paused():
+        doc = read_trace_document(file, max_bytes)
+        with malformed_is_load_error(file):
+            raw = trace_session(doc, file, python_functions)
+        del doc  # the events are in columns now; free the parsed JSON early
+    return raw
+
+
+@contextmanager
+def malformed_is_load_error(file: str) -> Iterator[None]:
+    """A value of a type or range the loader did not foresee is still a TraceLoadError.
+
+    The checks in ``trace_events`` name the field for what real traces get
+    wrong; this net keeps any other oddity (found by fuzzing) from escaping
+    as a bare TypeError or OverflowError.
+
+    >>> with malformed_is_load_error("t.json"):
+    ...     int("x")
+    Traceback (most recent call last):
+    ...
+    opscope.load.trace_file.TraceLoadError: trace 't.json': malformed trace: a field has \
+an unexpected type or value (ValueError: invalid literal for int() with base 10: 'x')
+    """
+    try:
+        yield
+    except TraceLoadError:
+        raise
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError, IndexError,
+            RecursionError) as exc:
+        raise TraceLoadError(file, f"malformed trace: a field has an unexpected type or "
+                                   f"value ({type(exc).__name__}: {exc})") from exc
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of JSON objects are made.
+
+    They form no cycles, yet each allocation burst triggers full collections
+    over the growing heap: pausing halves the time to parse a large trace.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
