@@ -27,10 +27,6 @@ from opscope.arguments import check_bool, check_int, check_path
 from opscope.event_list import EventList, ModuleList
 from opscope.model.session import ProfileSession
 
-# ``profile.export_<format name>`` is each format's own method; errors name it.
-EXPORT_METHOD_PREFIX = "export_"
-
-
 class ProfileResults:
     """The results half of ``opscope.profile`` (a mixin: the profiler sets the state).
 
@@ -136,7 +132,8 @@ class ProfileResults:
         """Write one output file; ``format`` names it, else ``path``'s extension picks it.
 
         ``format`` is a name of ``opscope.export.formats.FORMATS``
-        (``chrome_trace``, ``stacks``, ``report``, ``memory_timeline``);
+        (``chrome_trace``, ``stacks``, ``report``, ``memory_timeline``), each
+        also written by its own method (``fmt.method``: ``export_chrome_trace`` ...);
         ``options`` go to its writer (``metric=`` for stacks, ``device=`` for
         the memory timeline).
         """
@@ -147,10 +144,10 @@ class ProfileResults:
             fmt = format_for_path(path)
         else:
             fmt = get_format(format)
-            path = check_path(EXPORT_METHOD_PREFIX + fmt.name, "path", path)
+            path = check_path(fmt.method, "path", path)
         need = missing_option(fmt, {name: getattr(self, name) for name in fmt.needs})
         if need is not None:
-            raise ValueError(f"{EXPORT_METHOD_PREFIX + fmt.name} needs {need}=True: create "
+            raise ValueError(f"{fmt.method} needs {need}=True: create "
                              f"the profiler with opscope.profile({need}=True, ...)")
         fmt.check(**options)
         fmt.write(self.session, path, **options)

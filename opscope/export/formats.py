@@ -18,8 +18,8 @@ Example::
     ['chrome_trace', 'stacks', 'report', 'memory_timeline']
     >>> format_for_path("run/trace.json.gz").name, format_for_path("m.raw.json.gz").name
     ('chrome_trace', 'memory_timeline')
-    >>> FORMATS["memory_timeline"].needs
-    ('profile_memory',)
+    >>> FORMATS["memory_timeline"].needs, FORMATS["report"].method
+    (('profile_memory',), 'export_report')
     >>> get_format("svg")
     Traceback (most recent call last):
     ...
@@ -55,6 +55,11 @@ class OutputFormat:
     needs: Tuple[str, ...] = ()
     uses: Tuple[str, ...] = ()
     check: Callable[..., None] = _no_check
+
+    @property
+    def method(self) -> str:
+        """The ``opscope.profile`` method that writes this format (``export_<name>``)."""
+        return f"export_{self.name}"
 
     @property
     def suffix(self) -> str:
