@@ -1,9 +1,8 @@
 """``on_trace_ready`` handlers: each writes one output format per ready window.
 
 ``HANDLER_FORMATS`` names, per handler, the format it writes (an entry of
-``opscope.export.formats.FORMATS``) and its file suffix; the handler calls the
-profiler's method for that format (``FORMATS[name].method``), so it also
-works with any profiler that has that method.
+``opscope.export.formats.FORMATS``) and its file suffix; the handler writes it
+with ``prof.export(path, format=name)``.
 
 Example::
 
@@ -21,9 +20,8 @@ import time
 from typing import Callable, Optional
 
 from opscope.arguments import check_bool, check_path, check_type
-from opscope.export.formats import FORMATS
 
-# handler -> (format written, file suffix)
+# handler -> (format written: a name in opscope.export.formats.FORMATS, file suffix)
 HANDLER_FORMATS = {
     "tensorboard_trace_handler": ("chrome_trace", ".pt.trace.json"),
     "report_handler": ("report", ".report.html"),
@@ -31,8 +29,8 @@ HANDLER_FORMATS = {
 
 
 def _write(prof, handler: str, path: str) -> None:
-    """Write ``handler``'s format to ``path`` through the profiler's method for it."""
-    getattr(prof, FORMATS[HANDLER_FORMATS[handler][0]].method)(path)
+    """Write ``handler``'s format of ``prof``'s ready window to ``path``."""
+    prof.export(path, format=HANDLER_FORMATS[handler][0])
 
 
 def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,

@@ -4,7 +4,7 @@
 ``REPORT`` is the HTML report, which a verb adds with
 ``WindowWriter(..., outputs=OUTPUTS + [REPORT])``. Each names its format in
 the registry of output formats (``opscope.export.formats.FORMATS``) and is
-written through the profiler's method for it.
+written with ``prof.export(path, format=...)``.
 
 Example::
 
@@ -20,7 +20,6 @@ from typing import Any, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
-from opscope.export.formats import FORMATS
 
 
 class Output(NamedTuple):
@@ -37,7 +36,7 @@ class Output(NamedTuple):
 
     def write(self, prof: Any, path: str) -> None:
         """Write this output of ``prof``'s last window to ``path``."""
-        getattr(prof, FORMATS[self.format].method)(path)
+        prof.export(path, format=self.format)
 
 
 OUTPUTS: List[Output] = [
