@@ -1,4 +1,8 @@
-"""``on_trace_ready`` handlers.
+"""``on_trace_ready`` handlers: each writes one output format per ready window.
+
+``HANDLER_FORMATS`` names, per handler, the format it writes (an entry of
+``opscope.export.formats.FORMATS``) and its file suffix; the handler writes it
+with ``prof.export(path, format=name)``.
 
 Example::
 
@@ -16,6 +20,17 @@ import time
 from typing import Callable, Optional
 
 from opscope.arguments import check_bool, check_path, check_type
+
+# handler -> (format written: a name in opscope.export.formats.FORMATS, file suffix)
+HANDLER_FORMATS = {
+    "tensorboard_trace_handler": ("chrome_trace", ".pt.trace.json"),
+    "report_handler": ("report", ".report.html"),
+}
+
+
+def _write(prof, handler: str, path: str) -> None:
+    """Write ``handler``'s format of ``prof``'s ready window to ``path``."""
+    prof.export(path, format=HANDLER_FORMATS[handler][0])
 
 
 def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
@@ -41,10 +56,11 @@ def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
         _ensure_folder(folder)
         if not worker_name:
             worker_name = f"{socket.gethostname()}_{os.getpid()}"
-        file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
+        suffix = HANDLER_FORMATS["tensorboard_trace_handler"][1]
+        file_name = f"{worker_name}.{time.time_ns()}{suffix}"
         if use_gzip:
             file_name += ".gz"
-        prof.export_chrome_trace(os.path.join(folder, file_name))
+        _write(prof, "tensorboard_trace_handler", os.path.join(folder, file_name))
 
     return handler
 
@@ -66,7 +82,8 @@ def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable
     def handler(prof) -> None:
         _ensure_folder(folder)
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
-        prof.export_report(os.path.join(folder, f"{worker}.{time.time_ns()}.report.html"))
+        suffix = HANDLER_FORMATS["report_handler"][1]
+        _write(prof, "report_handler", os.path.join(folder, f"{worker}.{time.time_ns()}{suffix}"))
 
     return handler
 

@@ -95,7 +95,12 @@ def default_schedule(_step: int) -> ProfilerAction:
 
 
 # Step names the profiler knows: "prepare", "start", "stop", "ready", and a
-# "warn:<message>" step that emits that warning.
+# "warn:<message>" step that emits that warning. The profiler maps each name to
+# a method (``opscope.profile._STEPS``). An output step that fails ("stop" writing
+# the execution trace, "ready") does not skip the steps after it.
+STEP_NAMES: Tuple[str, ...] = ("prepare", "start", "stop", "ready")
+OUTPUT_STEPS: Tuple[str, ...] = ("stop", "ready")
+WARN_PREFIX = "warn:"
 _N, _W, _R, _S = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
                   ProfilerAction.RECORD_AND_SAVE)
 TRANSITIONS: Dict[Tuple[ProfilerAction, Optional[ProfilerAction]], List[str]] = {

@@ -172,12 +172,16 @@ def test_on_trace_ready_raising_in_a_cycle_keeps_it_and_goes_on(native_only):
 def test_failing_export_keeps_session(collector_name, tmp_path, monkeypatch):
     with opscope.profile() as prof:
         torch.ones(2).add(1)
-    import opscope.export.chrome_trace as chrome_trace
+    import dataclasses
+
+    from opscope.export.formats import FORMATS
 
     def full_disk(session, path):
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(chrome_trace, "write_chrome_trace", full_disk)
+    # every export goes through the registry of formats: break its chrome trace entry
+    monkeypatch.setitem(FORMATS, "chrome_trace",
+                        dataclasses.replace(FORMATS["chrome_trace"], write=full_disk))
     with pytest.raises(OSError):
         prof.export_chrome_trace(str(tmp_path / "trace.json"))
     monkeypatch.undo()

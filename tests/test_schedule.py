@@ -139,3 +139,42 @@ def test_torch_schedule_is_accepted(native_only):
         for _ in range(3):
             p.step()
     assert ready == [2]
+
+
+def test_every_transition_step_has_a_method():
+    """Each step name TRANSITIONS uses is one of schedule.STEP_NAMES, taken by a profile method."""
+    from opscope.profiler import profile
+    from opscope.schedule import OUTPUT_STEPS, STEP_NAMES, WARN_PREFIX
+
+    used = {name for steps in TRANSITIONS.values() for name in steps
+            if not name.startswith(WARN_PREFIX)}
+    assert used == set(STEP_NAMES)
+    assert set(OUTPUT_STEPS) <= set(STEP_NAMES)
+    assert set(profile._STEPS) == set(STEP_NAMES)
+    for name, method in profile._STEPS.items():
+        assert callable(method) and getattr(profile, method.__name__) is method, name
+
+
+def test_a_failing_output_step_runs_the_steps_after_it(native_only, monkeypatch):
+    """"ready" still runs after "stop" fails; the first error is raised, a second one warns."""
+    from opscope.profiler import profile
+
+    original_stop = profile._STEPS["stop"]
+
+    def failing_stop(prof):
+        original_stop(prof)
+        raise OSError("disk full")
+
+    monkeypatch.setitem(profile._STEPS, "stop", failing_stop)
+    ready = []
+    prof = opscope.profile(schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                           on_trace_ready=lambda p: (ready.append(p.step_num), 1 / 0))
+    prof.start()
+    prof.step()
+    torch.ones(2).add(1)
+    with pytest.warns(RuntimeWarning, match="a second output failed too: ZeroDivisionError"):
+        with pytest.raises(OSError, match="disk full"):
+            prof.step()  # RECORD_AND_SAVE -> NONE: stop, then ready
+    assert ready == [2]
+    assert "aten::add" in {row.key for row in prof.key_averages()}
+    prof.stop()

@@ -2,40 +2,49 @@
 
 ``OUTPUTS`` lists the files every verb writes per recorded window (the trace);
 ``REPORT`` is the HTML report, which a verb adds with
-``WindowWriter(..., outputs=OUTPUTS + [REPORT])``.
+``WindowWriter(..., outputs=OUTPUTS + [REPORT])``. Each names its format in
+the registry of output formats (``opscope.export.formats.FORMATS``) and is
+written with ``prof.export(path, format=...)``.
 
 Example::
 
-    >>> [o.suffix for o in OUTPUTS]
-    ['.pt.trace.json']
+    >>> [(o.format, o.suffix) for o in OUTPUTS + [REPORT]]
+    [('chrome_trace', '.pt.trace.json'), ('report', '.html')]
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 
 
 class Output(NamedTuple):
-    """One file written per recorded window: what it is, its suffix, how to write it."""
+    """One file written per recorded window: what it is, its format, suffix and hint.
+
+    ``format`` is a name in ``opscope.export.formats.FORMATS``; ``suffix``
+    ends with one of that format's extensions.
+    """
 
     kind: str
+    format: str
     suffix: str
-    write: Callable[[Any, str], Any]
     hint: str = ""
+
+    def write(self, prof: Any, path: str) -> None:
+        """Write this output of ``prof``'s last window to ``path``."""
+        prof.export(path, format=self.format)
 
 
 OUTPUTS: List[Output] = [
-    Output("trace", ".pt.trace.json", lambda prof, path: prof.export_chrome_trace(path),
+    Output("trace", "chrome_trace", ".pt.trace.json",
            "open it in https://ui.perfetto.dev or chrome://tracing"),
 ]
 # The HTML report: ``opscope demo`` always writes it, ``opscope run`` with --report.
-REPORT = Output("report", ".html", lambda prof, path: prof.export_report(path),
-                "open it in a browser")
+REPORT = Output("report", "report", ".html", "open it in a browser")
 
 
 class WindowWriter:

@@ -3,14 +3,18 @@
 ``choose_collector()`` returns the native observer when it builds, else the
 Python fallback. ``OPSCOPE_COLLECTOR=native|python`` forces one.
 
-Every collector has ``name``, ``start(record_shapes=...)``, ``stop() -> RawSession``,
-``now_ns()`` (its clock), ``range_push(name) -> handle`` and ``range_pop(handle)``.
+Every collector follows the ``Collector`` protocol (``collect/collector.py``):
+``name``, ``start(record_shapes=...)``, ``stop() -> RawSession``, ``now_ns()`` (its
+clock), ``range_push(name) -> handle``, ``range_pop(handle)`` and
+``forget_after_fork()``. ``collect/recording.py`` puts a collector and the optional
+hooks together for one recording window.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from opscope.collect.collector import Collector
 
 COLLECTOR_ENV = "OPSCOPE_COLLECTOR"
 
@@ -27,7 +31,7 @@ def requested_collector() -> str:
     return wanted
 
 
-def choose_collector() -> Any:
+def choose_collector() -> Collector:
     """The collector to use now, honouring ``$OPSCOPE_COLLECTOR``."""
     wanted = requested_collector()
     if wanted != "python":
@@ -51,3 +55,7 @@ def native_available() -> bool:
     from opscope.collect.native_build import load_native
 
     return load_native() is not None
+
+
+__all__ = ["COLLECTOR_ENV", "Collector", "choose_collector", "native_available",
+           "requested_collector"]

@@ -141,16 +141,19 @@ class OnDemandAgent:
             self._write(window, session, steps, note)
 
     def _write(self, window: _Window, session: Any, steps: int, note: Optional[str]) -> None:
-        from opscope.export.chrome_trace import write_chrome_trace
+        from opscope.export.formats import FORMATS
+        from opscope.handlers import HANDLER_FORMATS
 
+        # the format and file name tensorboard_trace_handler gives
+        format_name, suffix = HANDLER_FORMATS["tensorboard_trace_handler"]
         request = window.request
         try:
             folder = request["output_dir"]
             os.makedirs(folder, exist_ok=True)
-            name = f"{socket.gethostname()}_{self.pid}.{time.time_ns()}.pt.trace.json"
+            name = f"{socket.gethostname()}_{self.pid}.{time.time_ns()}{suffix}"
             if request.get("gzip"):
                 name += ".gz"
-            path = write_chrome_trace(session, os.path.join(folder, name))
+            path = FORMATS[format_name](session, os.path.join(folder, name))
         except Exception as exc:  # noqa: BLE001
             self._answer(request, status="error", message=f"cannot write the trace: {exc}")
             return

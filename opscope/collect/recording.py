@@ -1,0 +1,145 @@
+"""One recording window: a collector and the optional hooks that go with it.
+
+``Recording.start()`` starts the collector, then installs what the options ask
+for: the memory sightings (``profile_memory``), torch's "a profiler runs" flag
+(so compiled code emits its ranges), the module ranges (``with_modules``), and
+wires user ranges to the collector. ``stop()`` undoes all of it and returns
+the collector's ``RawSession`` with ``metadata``, ``marks``,
+``memory_sightings``, ``modules`` and ``module_calls`` filled in, ready for
+``build_session``. ``discard()`` undoes it without raising, whatever state it
+is in; ``forget_after_fork()`` drops it in a forked child.
+
+The API layer passes in what lives above ``collect/``: ``wire`` (points user
+ranges at a collector, or at nothing with None) and ``take_marks`` (the marks
+recorded into a collector between two times).
+
+Example::
+
+    >>> from opscope.collect.python_collector import PythonCollector
+    >>> rec = Recording(PythonCollector(), metadata={"run": '"a"'})
+    >>> rec.start()
+    >>> raw = rec.stop()
+    >>> raw.collector, raw.metadata, raw.marks, raw.memory_sightings
+    ('python', {'run': '"a"'}, [], None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from opscope.collect.collector import Collector
+from opscope.collect.profiler_flag import TORCH_FLAG
+from opscope.model.records import RawSession
+
+Mark = Tuple[int, int, str]
+
+
+def _no_wire(_collector: Optional[Collector]) -> None:
+    """The default ``wire``: user ranges are not routed anywhere."""
+
+
+def _no_marks(_collector: Collector, _start_ns: int, _stop_ns: int) -> List[Mark]:
+    """The default ``take_marks``: no marks."""
+    return []
+
+
+class Recording:
+    """A collector plus the hooks of one window; ``start()`` then ``stop() -> RawSession``.
+
+    ``metadata`` (a dict the caller may keep adding to until ``stop``) goes
+    into the RawSession as it is at ``stop``. FLOP estimates need input
+    shapes, so ``with_flops`` records them as ``record_shapes`` does.
+    """
+
+    def __init__(self, collector: Collector, *, record_shapes: bool = False,
+                 profile_memory: bool = False, with_stack: bool = False,
+                 with_flops: bool = False, with_modules: bool = False,
+                 metadata: Optional[Dict[str, str]] = None,
+                 wire: Callable[[Optional[Collector]], None] = _no_wire,
+                 take_marks: Callable[[Collector, int, int], List[Mark]] = _no_marks):
+        self.collector = collector
+        self.record_shapes = record_shapes or with_flops
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_modules = with_modules
+        self.metadata: Dict[str, str] = {} if metadata is None else metadata
+        self._wire = wire
+        self._take_marks = take_marks
+        self._running = False  # the collector was started and not stopped yet
+        self._sightings: Any = None  # collect.memory_hooks.TensorSightings while installed
+        self._module_ranges: Any = None  # collect.module_hooks.ModuleRanges while installed
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``stop()``/``discard()``."""
+        return self._running
+
+    def start(self) -> None:
+        """Start the collector, then install the hooks the options ask for."""
+        self.collector.start(record_shapes=self.record_shapes,
+                             profile_memory=self.profile_memory, with_stack=self.with_stack)
+        self._running = True
+        if self.profile_memory:
+            from opscope.collect.memory_hooks import TensorSightings
+
+            self._sightings = TensorSightings()
+            self._sightings.install()
+        self._wire(self.collector)
+        # so torch.compile'd code emits its ranges, as under torch.profiler
+        TORCH_FLAG.raise_flag(self.collector, self.record_shapes)
+        if self.with_modules:
+            from opscope.collect.module_hooks import ModuleRanges
+
+            self._module_ranges = ModuleRanges(self.collector)
+            self._module_ranges.install()
+
+    def stop(self) -> RawSession:
+        """Remove every hook, stop the collector; the RawSession with all it saw."""
+        module_ranges = self._take_module_ranges()
+        self._unwire()
+        sightings = self._take_sightings()
+        raw = self.collector.stop()
+        extra: Dict[str, Any] = dict(
+            metadata=dict(self.metadata), memory_sightings=sightings,
+            marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
+        if module_ranges is not None:
+            extra.update(modules=module_ranges.modules(), module_calls=module_ranges.calls())
+        return dataclasses.replace(raw, **extra)
+
+    def discard(self) -> None:
+        """Remove every hook and stop the collector, keeping nothing; never raises."""
+        self._take_sightings()
+        self._take_module_ranges()
+        if self._running:
+            self._unwire()
+            try:
+                self.collector.stop()
+            except Exception:  # noqa: BLE001  (nothing is kept: its error neither)
+                pass
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the hooks; the collector's recording is the parent's."""
+        self._take_sightings()
+        self._take_module_ranges()
+        self._running = False
+
+    def _unwire(self) -> None:
+        self._wire(None)
+        TORCH_FLAG.lower_flag()
+        self._running = False
+
+    def _take_sightings(self):
+        """Uninstall the memory-category hooks; what they saw, or None."""
+        hooks, self._sightings = self._sightings, None
+        if hooks is None:
+            return None
+        hooks.uninstall()
+        return hooks.to_array()
+
+    def _take_module_ranges(self) -> Any:
+        """Uninstall the module hooks (if any) and hand them over for their results."""
+        module_ranges, self._module_ranges = self._module_ranges, None
+        if module_ranges is not None:
+            module_ranges.uninstall()
+        return module_ranges
