@@ -28,9 +28,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from opscope.analysis.aggregate import display_name_ids, key_averages
+from opscope.analysis.facts import event_flops, event_memory, shapes_recorded
 from opscope.model.records import SCOPE_USER
 from opscope.model.session import ProfileSession
-from opscope.report.extras import event_flops, event_memory
 
 DETAIL_LIMIT = 8  # shapes, callers, call sites shown per op
 STACK_FRAMES = 12  # innermost frames kept per call site
@@ -57,8 +57,8 @@ def operator_rows(session: ProfileSession) -> Dict[str, Any]:
         rank[np.argsort(first, kind="stable")] = np.arange(len(first))
         event_row = rank[group.reshape(-1)]
 
-    shapes = _shape_details(session, event_row, len(rows)) if session.options.get(
-        "record_shapes") or _any_inputs(table) else None
+    shapes = (_shape_details(session, event_row, len(rows)) if shapes_recorded(session)
+              else None)
     callers = _caller_details(session, event_row, len(rows))
     sites = _stack_details(session, event_row, len(rows)) if session.stacks else None
     out: List[Dict[str, Any]] = []
@@ -76,12 +76,6 @@ def operator_rows(session: ProfileSession) -> Dict[str, Any]:
     return {"rows": out, "self_total_us": _round(self_total),
             "has_shapes": shapes is not None, "has_stacks": sites is not None,
             "has_flops": flops is not None, "has_memory": memory is not None}
-
-
-def _any_inputs(table) -> bool:
-    from opscope.model.records import NO_INPUTS
-
-    return bool(len(table)) and bool((table.input_offset != NO_INPUTS).any())
 
 
 def _top_groups(event_row: np.ndarray, label: np.ndarray, weights: np.ndarray, n_rows: int,

@@ -19,8 +19,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from opscope.analysis.categories import DATA_LOADING, OPTIMIZER, op_kind, top_level_ops
 from opscope.model.session import ProfileSession
-from opscope.report.categories import DATA_LOADING, OPTIMIZER, is_op_name, op_kind
+from opscope.model.torch_names import PROFILER_STEP, PROFILER_STEP_PREFIX
 
 DATA_LOADING_SHARE = 0.05
 SHORT_OP_US = 10.0
@@ -98,10 +99,7 @@ def host_bound(f: Facts) -> Optional[Recommendation]:
     table = f.session.table
     if len(table) == 0:
         return None
-    op_name = np.array([is_op_name(n) for n in table.symbols.names])
-    is_op = op_name[table.name_id]
-    parent_is_op = np.where(table.parent >= 0, is_op[np.maximum(table.parent, 0)], False)
-    top = is_op & ~parent_is_op
+    top = top_level_ops(table)
     dur_us = table.duration_ns[top] / 1000.0
     if len(dur_us) < 20:
         return None
@@ -190,10 +188,10 @@ def no_steps(f: Facts) -> Optional[Recommendation]:
     if f.overview["has_steps"] or len(f.session.table) == 0:
         return None
     return Recommendation(
-        "no-steps", "No ProfilerStep ranges: the overview treats the session as one step",
+        "no-steps", f"No {PROFILER_STEP} ranges: the overview treats the session as one step",
         "Profile with a schedule and call prof.step() once per iteration (opscope run does "
         "this at each optimizer.step()) to get per-step times and their spread.",
-        ["0 ProfilerStep#N ranges recorded"], "info")
+        [f"0 {PROFILER_STEP_PREFIX}N ranges recorded"], "info")
 
 
 RULES: List[Callable[[Facts], Optional[Recommendation]]] = [
