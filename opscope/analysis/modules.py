@@ -14,14 +14,15 @@ Example (times in ns; a Net range holding an fc range holding an addmm)::
 
     >>> from opscope.analysis.build import build_session
     >>> from opscope.model.modules import ModuleInfo
-    >>> from opscope.model.records import NO_INPUTS, RawSession, records_from_rows
+    >>> from opscope.model.records import (NO_INPUTS, SCOPE_FUNCTION, SCOPE_USER, RawSession,
+    ...                                   records_from_rows)
     >>> rows = [(0, 100_000, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
     ...         (10_000, 60_000, -1, 1, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
     ...         (20_000, 50_000, -1, 2, 0, 0, 1, NO_INPUTS, SCOPE_FUNCTION, 0, 0)]
+    >>> modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
+    ...            "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
     >>> s = build_session(RawSession(records_from_rows(rows), [], [1],
-    ...                   ["Net", "fc (Linear)", "aten::addmm"], 0, 100_000, 0))
-    >>> s.modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
-    ...              "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
+    ...                   ["Net", "fc (Linear)", "aten::addmm"], 0, 100_000, 0, modules=modules))
     >>> module_hierarchy(s)
     ['Net', 'Net.fc', 'Net.fc']
     >>> [(r.key, r.depth, r.forward_time_total, r.self_cpu_time_total) for r in module_rows(s)]
@@ -38,7 +39,6 @@ import numpy as np
 from opscope.analysis.ancestry import nearest_marked_ancestor
 from opscope.analysis.autograd_links import backward_marks
 from opscope.analysis.facts import event_modules, module_ranges
-from opscope.model.records import SCOPE_FUNCTION, SCOPE_USER  # noqa: F401 (doctest)
 from opscope.model.session import ProfileSession
 
 
