@@ -93,10 +93,12 @@ class ModuleRow:
 
     @property
     def cpu_time_total(self) -> float:
+        """Forward plus backward time, in us."""
         return self.forward_time_total + self.backward_time_total
 
     @property
     def self_cpu_time_total(self) -> float:
+        """Forward plus backward self time (the children's left out), in us."""
         return self.self_forward_time_total + self.self_backward_time_total
 
     @property

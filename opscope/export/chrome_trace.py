@@ -77,6 +77,7 @@ class _ChunkWriter:
             self.started = True
 
     def line(self, text: str) -> None:
+        """Write one rendered line of text."""
         self.add(text.encode())
 
     def rows(self, lines: JsonRows) -> None:
