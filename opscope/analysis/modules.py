@@ -56,7 +56,14 @@ def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:
 
 
 def module_hierarchy(session: ProfileSession) -> List[str]:
-    """Per event, the ``Module Hierarchy`` of its module (``Model.encoder.0``), or ''."""
+    """Per event, the ``Module Hierarchy`` of its module (``Model.encoder.0``), or ''.
+
+    Computed once per session from ``facts.event_modules``; do not edit the list.
+    """
+    return session.derived("module_hierarchy", _module_hierarchy)
+
+
+def _module_hierarchy(session: ProfileSession) -> List[str]:
     owner = event_modules(session)
     if not session.modules:
         return [""] * len(owner)
