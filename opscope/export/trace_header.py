@@ -19,7 +19,7 @@ from typing import Any, Dict, Tuple
 
 from opscope.model.session import OPTION_NAMES, ProfileSession
 
-# Top-level keys this module writes itself; user metadata may not reuse them.
+# Top-level keys the trace writer sets itself; user metadata may not reuse them.
 RESERVED_KEYS = frozenset({
     "schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit",
     "baseTimeNanoseconds", "traceEvents", "traceName",
