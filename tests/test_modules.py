@@ -16,7 +16,8 @@ from torch import nn
 
 import opscope
 from opscope.analysis.flops import backward_mask
-from opscope.analysis.modules import event_modules, module_hierarchy, module_mask
+from opscope.analysis.facts import event_modules, module_ranges
+from opscope.analysis.modules import module_hierarchy
 from opscope.collect.module_hooks import installed_hooks
 
 BATCH = 3
@@ -101,7 +102,7 @@ def test_module_ranges_are_named_by_path_and_class(collector_name):
         sum(p.numel() for p in Model().parameters())
     # the ranges nest: each Linear inside its Block, each Block inside Model
     table = prof.session.table
-    row = {table.name(i): i for i in range(len(table)) if module_mask(prof.session)[i]}
+    row = {table.name(i): i for i in range(len(table)) if module_ranges(prof.session)[i]}
     assert contained(table, row["Model"], row["blocks.0 (Block)"])
     assert contained(table, row["blocks.0 (Block)"], row["blocks.0.fc2 (Linear)"])
     assert not contained(table, row["blocks.0 (Block)"], row["blocks.1.fc1 (Linear)"])
@@ -148,7 +149,7 @@ def test_every_forward_and_backward_op_lands_under_its_module(collector_name):
         if table.name(i) in ("aten::pow", "aten::add_"):
             assert hierarchy[i] == ""
     # every forward aten op runs under the innermost module range around it
-    ranges = [j for j in range(len(table)) if module_mask(session)[j]]
+    ranges = [j for j in range(len(table)) if module_ranges(session)[j]]
     backward = backward_mask(table)
     forward_ops = [i for i in range(len(table))
                    if table.name(i).startswith("aten::") and not backward[i]]

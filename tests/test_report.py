@@ -21,7 +21,7 @@ import pytest
 import opscope
 from opscope.export.stacks import collapsed_stacks
 from opscope.report import write_report
-from opscope.report.categories import CATEGORY_NAMES, op_kind
+from opscope.analysis.categories import CATEGORY_NAMES, op_kind
 from opscope.report.data import report_data
 from opscope.report.timeline import timeline_lanes
 from report_sessions import large_report, training_profile

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Tuple
+
 from opscope.model.events import EventTable
+from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 
 
 def _keys(thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -46,3 +50,30 @@ def forward_ops(table: EventTable, backward_rows: np.ndarray, candidates: np.nda
     hit = keys[pos] == wanted
     out[hit] = fwd[first[pos[hit]]]
     return out
+
+
+def backward_marks(table: EventTable) -> Tuple[np.ndarray, np.ndarray]:
+    """(backward nodes, ``evaluate_function`` wrappers around them) as two masks.
+
+    A node has scope BACKWARD_FUNCTION; its wrapper is the range autograd's
+    engine records around it (``autograd::engine::evaluate_function: <Node>``).
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> [m.tolist() for m in backward_marks(build_session(RawSession.empty()).table)]
+    [[], []]
+    """
+    names = table.symbols.names
+    wrapper_ids = [i for i, n in enumerate(names) if n.startswith(EVALUATE_FUNCTION_PREFIX)]
+    nodes = table.scope == SCOPE_BACKWARD_FUNCTION
+    return nodes, np.isin(table.name_id, wrapper_ids) & ~nodes
+
+
+def forward_candidates(table: EventTable) -> np.ndarray:
+    """True for the ops that may have created a backward node.
+
+    A forward op has scope FUNCTION and ``fwd_thread_id`` 0: ops run by the
+    autograd engine carry the forward thread there, so they are never taken
+    for the forward op.
+    """
+    return (table.scope == SCOPE_FUNCTION) & (table.fwd_thread_id == 0)

@@ -56,14 +56,17 @@ class DiffRow:
 
     @property
     def delta_self(self) -> float:
+        """Self time after minus before, in us."""
         return self.self_us[1] - self.self_us[0]
 
     @property
     def delta_total(self) -> float:
+        """Total time after minus before, in us."""
         return self.total_us[1] - self.total_us[0]
 
     @property
     def delta_calls(self) -> int:
+        """Calls after minus before."""
         return self.calls[1] - self.calls[0]
 
     @property
@@ -100,10 +103,12 @@ class SessionDiff:
 
     @property
     def regressions(self) -> List[DiffRow]:
+        """Op and module rows that got slower beyond the threshold."""
         return [r for r in self.ops + self.modules if r.status == "regression"]
 
     @property
     def improvements(self) -> List[DiffRow]:
+        """Op and module rows that got faster beyond the threshold."""
         return [r for r in self.ops + self.modules if r.status == "improvement"]
 
     @property

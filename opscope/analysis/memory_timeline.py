@@ -34,14 +34,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.analysis.ancestry import nearest_marked
+from opscope.analysis.autograd_links import backward_marks
 from opscope.model.memory import (ACTIVATION, AUTOGRAD_DETAIL, CATEGORY_NAMES,
                                   SIGHTING_DTYPE, SIGHTING_PRIORITY, TEMPORARY, UNKNOWN)
-from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.records import SCOPE_FUNCTION
 from opscope.model.session import ProfileSession
 
-EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX
 BEFORE = -1  # t_alloc of memory that existed before the window
 ALIVE = -1  # t_free of memory still held at the end
 
@@ -210,10 +209,8 @@ def _unsighted_categories(session: ProfileSession, blocks: Blocks, category: np.
 def in_backward(table) -> np.ndarray:
     """True for events run by the autograd engine: backward nodes, the engine's
     ``evaluate_function`` ranges, and everything under them."""
-    names = table.symbols.names
-    engine_ids = [k for k, name in enumerate(names) if name.startswith(EVALUATE_PREFIX)]
-    mark = (table.scope == SCOPE_BACKWARD_FUNCTION) | np.isin(table.name_id, engine_ids)
-    return nearest_marked(table.parent, mark) >= 0
+    nodes, wrappers = backward_marks(table)
+    return nearest_marked(table.parent, nodes | wrappers) >= 0
 
 
 def _empty_memory() -> np.ndarray:

@@ -1,37 +1,28 @@
 """Module view of a session recorded with ``with_modules=True``.
 
-Three questions, answered over the event table:
+Which events are module ranges and which module call each event belongs to are
+per-event facts, computed once per session: ``opscope.analysis.facts.module_ranges``
+and ``event_modules`` (how: ``opscope.analysis.module_owners``). Here:
 
-- *Which events are module ranges?* :func:`module_mask` (user ranges whose name is
-  a key of ``session.modules``; see ``opscope.model.modules`` for the naming).
-- *Which module call does each event belong to?* :func:`event_modules`. A forward
-  op belongs to the innermost module range around it. A backward op belongs to the
-  module whose forward created its autograd node: the node's sequence number is
-  matched with the forward op that had the same number on the forward thread (the
-  last such op to start, which is the one that created the node). When the
-  collector recorded no forward sequence numbers (the Python collector), the
-  number is looked up in the sequence-number intervals of the module calls
-  (``session.module_calls``). Module backward hooks are not used.
+- *Which module is each event in?* :func:`module_hierarchy`, its ``Module Hierarchy``.
 - *How do modules compare?* :func:`module_rows`: one :class:`ModuleRow` per module,
   as a tree of call paths (a module called from two places is two rows), with
   forward and backward time, their sum, self time, calls, parameters, FLOPs and,
   when the session has per-event memory, memory.
 
-A user range named like a module (say ``record_function("Model")`` while a root
-module of class ``Model`` runs) is taken for a module range.
-
 Example (times in ns; a Net range holding an fc range holding an addmm)::
 
     >>> from opscope.analysis.build import build_session
     >>> from opscope.model.modules import ModuleInfo
-    >>> from opscope.model.records import NO_INPUTS, RawSession, records_from_rows
+    >>> from opscope.model.records import (NO_INPUTS, SCOPE_FUNCTION, SCOPE_USER, RawSession,
+    ...                                   records_from_rows)
     >>> rows = [(0, 100_000, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
     ...         (10_000, 60_000, -1, 1, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
     ...         (20_000, 50_000, -1, 2, 0, 0, 1, NO_INPUTS, SCOPE_FUNCTION, 0, 0)]
+    >>> modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
+    ...            "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
     >>> s = build_session(RawSession(records_from_rows(rows), [], [1],
-    ...                   ["Net", "fc (Linear)", "aten::addmm"], 0, 100_000, 0))
-    >>> s.modules = {"Net": ModuleInfo.for_module("", "Net", "Net", 6),
-    ...              "fc (Linear)": ModuleInfo.for_module("fc", "Linear", "Net", 6)}
+    ...                   ["Net", "fc (Linear)", "aten::addmm"], 0, 100_000, 0, modules=modules))
     >>> module_hierarchy(s)
     ['Net', 'Net.fc', 'Net.fc']
     >>> [(r.key, r.depth, r.forward_time_total, r.self_cpu_time_total) for r in module_rows(s)]
@@ -40,27 +31,15 @@ Example (times in ns; a Net range holding an fc range holding an addmm)::
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
-from opscope.analysis.autograd_links import forward_ops
-from opscope.analysis.flops import EVALUATE_PREFIX
-from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER
+from opscope.analysis.ancestry import nearest_marked_ancestor
+from opscope.analysis.autograd_links import backward_marks
+from opscope.analysis.facts import event_modules, module_ranges
 from opscope.model.session import ProfileSession
-
-
-def module_mask(session: ProfileSession) -> np.ndarray:
-    """True for the events that are module ranges."""
-    table = session.table
-    if not session.modules or len(table) == 0:
-        return np.zeros(len(table), dtype=bool)
-    ids = [table.symbols.id_of(name) for name in session.modules]
-    ids = [i for i in ids if i is not None]
-    return (table.scope == SCOPE_USER) & np.isin(table.name_id, ids)
 
 
 def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:
@@ -76,111 +55,15 @@ def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:
     return np.asarray(memory, dtype=np.int64)
 
 
-def _backward_marks(session: ProfileSession) -> Tuple[np.ndarray, np.ndarray]:
-    """(backward nodes, evaluate_function wrappers) masks."""
-    table = session.table
-    wrapper_ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(EVALUATE_PREFIX)]
-    nodes = table.scope == SCOPE_BACKWARD_FUNCTION
-    return nodes, np.isin(table.name_id, wrapper_ids) & ~nodes
-
-
-def event_modules(session: ProfileSession) -> np.ndarray:
-    """Per event, the row of the module range (one call) it belongs to; -1 for none.
-
-    A module range belongs to itself.
-    """
-    table = session.table
-    is_module = module_mask(session)
-    if not is_module.any():
-        return np.full(len(table), -1, dtype=np.int64)
-    owner = nearest_marked(table.parent, is_module)
-    nodes, wrappers = _backward_marks(session)
-    node_rows = np.flatnonzero(nodes & (table.seq_nr >= 0))
-    if len(node_rows) == 0:
-        return owner
-    node_owner = _link_nodes_by_forward_op(session, owner, node_rows)
-    missing = node_owner < 0
-    if missing.any():
-        node_owner[missing] = _link_nodes_by_call_intervals(session, is_module,
-                                                            node_rows[missing])
-    region_owner = np.full(len(table), -1, dtype=np.int64)
-    region_owner[node_rows] = node_owner
-    # a wrapper belongs where its node does
-    node_parent = table.parent[node_rows]
-    wrapped = (node_parent >= 0) & wrappers[np.maximum(node_parent, 0)]
-    region_owner[node_parent[wrapped]] = node_owner[wrapped]
-    region = nearest_marked(table.parent, nodes | wrappers)
-    inside = region >= 0
-    attributed = np.zeros(len(table), dtype=bool)
-    attributed[inside] = region_owner[region[inside]] >= 0
-    owner[attributed] = region_owner[region[attributed]]
-    return owner
-
-
-def _link_nodes_by_forward_op(session: ProfileSession, owner: np.ndarray,
-                              node_rows: np.ndarray) -> np.ndarray:
-    table = session.table
-    # the latest op of a (thread, seq) key created the node
-    fwd = forward_ops(table, node_rows, (table.scope == SCOPE_FUNCTION)
-                      & (table.fwd_thread_id == 0), latest=True)
-    out = np.full(len(node_rows), -1, dtype=np.int64)
-    out[fwd >= 0] = owner[fwd[fwd >= 0]]
-    return out
-
-
-def _link_nodes_by_call_intervals(session: ProfileSession, is_module: np.ndarray,
-                                  node_rows: np.ndarray) -> np.ndarray:
-    """Owner module rows of backward nodes from the calls' sequence-number intervals."""
-    table = session.table
-    out = np.full(len(node_rows), -1, dtype=np.int64)
-    calls = _calls_by_row(session, is_module)
-    if not calls:
-        return out
-    call_parent = nearest_marked_ancestor(table.parent, is_module)
-    by_thread: Dict[int, List[Tuple[int, int, int]]] = defaultdict(list)
-    for row, (begin, end) in calls.items():
-        by_thread[int(table.rf_thread_id[row])].append((begin, -end, row))
-    index = {}
-    for thread, items in by_thread.items():
-        items.sort()
-        index[thread] = (np.array([b for b, _, _ in items]), [r for _, _, r in items])
-    for k, node in enumerate(node_rows.tolist()):
-        thread = int(table.fwd_thread_id[node]) or int(table.rf_thread_id[node])
-        if thread not in index:
-            continue
-        begins, rows = index[thread]
-        seq = int(table.seq_nr[node])
-        pos = int(np.searchsorted(begins, seq, side="right")) - 1
-        row = rows[pos] if pos >= 0 else -1
-        while row >= 0:  # walk out from the latest call started before seq
-            begin, end = calls.get(row, (0, -1))
-            if begin <= seq < end:
-                out[k] = row
-                break
-            row = int(call_parent[row])
-    return out
-
-
-def _calls_by_row(session: ProfileSession, is_module: np.ndarray) -> Dict[int, Tuple[int, int]]:
-    """Module range row -> (seq_begin, seq_end); calls matched by thread, name and order."""
-    table = session.table
-    pending: Dict[Tuple[int, str], List] = defaultdict(list)
-    for call in reversed(session.module_calls):
-        pending[(call.os_tid, call.name)].append(call)
-    out: Dict[int, Tuple[int, int]] = {}
-    tids = table.os_tid
-    for row in np.flatnonzero(is_module).tolist():
-        queue = pending.get((int(tids[row]), table.name(row)))
-        if queue:
-            call = queue.pop()
-            if call.seq_begin >= 0:
-                end = call.seq_end if call.seq_end >= 0 else np.iinfo(np.int64).max
-                out[row] = (call.seq_begin, int(end))
-    return out
-
-
 def module_hierarchy(session: ProfileSession) -> List[str]:
-    """Per event, the ``Module Hierarchy`` of its module (``Model.encoder.0``), or ''."""
+    """Per event, the ``Module Hierarchy`` of its module (``Model.encoder.0``), or ''.
+
+    Computed once per session from ``facts.event_modules``; do not edit the list.
+    """
+    return session.derived("module_hierarchy", _module_hierarchy)
+
+
+def _module_hierarchy(session: ProfileSession) -> List[str]:
     owner = event_modules(session)
     if not session.modules:
         return [""] * len(owner)
@@ -217,10 +100,12 @@ class ModuleRow:
 
     @property
     def cpu_time_total(self) -> float:
+        """Forward plus backward time, in us."""
         return self.forward_time_total + self.backward_time_total
 
     @property
     def self_cpu_time_total(self) -> float:
+        """Forward plus backward self time (the children's left out), in us."""
         return self.self_forward_time_total + self.self_backward_time_total
 
     @property
@@ -237,7 +122,7 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
     :func:`event_memory_bytes`; both are per-event arrays aligned with the table.
     """
     table = session.table
-    is_module = module_mask(session)
+    is_module = module_ranges(session)
     rows_idx = np.flatnonzero(is_module)
     if len(rows_idx) == 0:
         return []
@@ -282,7 +167,7 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
         keep = attributed & mask
         return np.bincount(event_group[keep], weights=weights[keep], minlength=n_groups)
 
-    nodes, wrappers = _backward_marks(session)
+    nodes, wrappers = backward_marks(table)
     marked = nodes | wrappers
     outermost = marked & (nearest_marked_ancestor(table.parent, marked) < 0)
     backward_direct = direct_sums(dur_us, outermost)

@@ -17,13 +17,13 @@ import argparse
 import sys
 from typing import NamedTuple, Optional
 
+from opscope.analysis.facts import shapes_recorded
 from opscope.cli.errors import UsageError
 from opscope.cli.options import (DEFAULT_ROW_LIMIT, DEFAULT_SORT, add_max_trace_size,
                                  parse_row_limit, parse_sort_key)
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 from opscope.cli.traces import load_trace
-from opscope.model.records import NO_INPUTS
 from opscope.model.session import ProfileSession
 
 SUMMARY = "print the key_averages table of a saved trace (opscope or torch.profiler)"
@@ -85,7 +85,7 @@ def check_group_data(session: ProfileSession, group_by: Optional[GroupBy], trace
     """Raise :class:`UsageError` when the trace lacks what ``group_by`` groups by."""
     if group_by is None:
         return
-    if group_by.kind == "shape" and not _has_inputs(session):
+    if group_by.kind == "shape" and not shapes_recorded(session):
         raise UsageError(f"trace {trace!r} has no input shapes to group by (record with "
                          f"--record-shapes / record_shapes=True)")
     if group_by.kind == "stack" and not (session.stacks and any(session.stacks)):
@@ -94,11 +94,6 @@ def check_group_data(session: ProfileSession, group_by: Optional[GroupBy], trace
     if group_by.kind == "module" and not session.modules:
         raise UsageError(f"trace {trace!r} has no module data (record with --modules / "
                          f"with_modules=True)")
-
-
-def _has_inputs(session: ProfileSession) -> bool:
-    table = session.table
-    return table.raw is not None and bool((table.input_offset != NO_INPUTS).any())
 
 
 def session_table(session: ProfileSession, *, sort: Optional[str] = None,

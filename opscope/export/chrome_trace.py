@@ -30,133 +30,35 @@ Example::
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from opscope.analysis.autograd_links import forward_ops
+from opscope.analysis.facts import forward_links, module_ranges
+from opscope.analysis.modules import module_hierarchy
 from opscope.export.atomic import PathLike, atomic_binary_writer
-from opscope.export.output_path import check_output_path
 from opscope.export.json_rows import JsonRows, StringTable
-from opscope.model.records import (FLAG_MEMORY, SCOPE_BACKWARD_FUNCTION,
-                                    SCOPE_FUNCTION, SCOPE_USER)
-from opscope.model.session import OPTION_NAMES, ProfileSession
-
-# Top-level keys this module writes itself; user metadata may not reuse them.
-RESERVED_KEYS = frozenset({
-    "schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit",
-    "baseTimeNanoseconds", "traceEvents", "traceName",
-})
-# torch writes these flags in this order, each only when the option is on
-_FLAG_ORDER = ("with_stack", "profile_memory", "record_shapes", "with_modules", "with_flops")
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def validate_metadata_json(key: str, text: str) -> Any:
-    """Check one metadata entry and return its parsed JSON value.
-
-    ``text`` must be strict JSON (no NaN/Infinity); ``key`` must be a string
-    that is not one of the trace's own top-level keys. The API layer calls
-    this when metadata is added, so a bad value fails where it was given.
-
-    >>> validate_metadata_json("distributedInfo", '{"rank": 0}')
-    {'rank': 0}
-    >>> validate_metadata_json("note", "not json")
-    Traceback (most recent call last):
-    ...
-    ValueError: metadata 'note': value is not valid JSON (Expecting value at position 0): 'not json'
-    """
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"metadata key must be a non-empty string, got {key!r}")
-    if key in RESERVED_KEYS:
-        raise ValueError(f"metadata key {key!r} is reserved by the Chrome trace format; "
-                         f"reserved keys: {', '.join(sorted(RESERVED_KEYS))}")
-    if not isinstance(text, str):
-        raise ValueError(f"metadata {key!r}: value must be JSON text (str), "
-                         f"got {type(text).__name__}")
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"metadata {key!r}: value is not valid JSON "
-                         f"({err.msg} at position {err.pos}): {text[:80]!r}") from None
-    except ValueError as err:
-        raise ValueError(f"metadata {key!r}: value is not valid JSON ({err}): "
-                         f"{text[:80]!r}") from None
-
-
-def trace_window(session: ProfileSession) -> Tuple[int, int]:
-    """(start, stop) of the recorded window in collector ns.
-
-    The session's own start/stop when set, widened to cover every event;
-    the events' extent when the session has none.
-    """
-    table = session.table
-    start, stop = session.start_ns, session.stop_ns
-    if len(table):
-        first, last = int(table.start_ns.min()), int(table.end_ns.max())
-        if stop > start:
-            return min(start, first), max(stop, last)
-        return first, last
-    return (start, stop) if stop > start else (start, start)
-
-
-def trace_header(session: ProfileSession) -> Dict[str, Any]:
-    """Top-level keys before ``traceEvents``, in the order they are written.
-
-    Option flags appear (as ``1``) only when on, like torch; then each user
-    metadata entry as a parsed JSON value, which may override a flag.
-
-    >>> from opscope.model.events import EventTable
-    >>> from opscope.model.records import RawSession
-    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
-    >>> s.options["record_shapes"] = True
-    >>> s.metadata["distributedInfo"] = '{"rank": 0}'
-    >>> list(trace_header(s))  # doctest: +NORMALIZE_WHITESPACE
-    ['schemaVersion', 'deviceProperties', 'record_shapes', 'distributedInfo',
-     'trace_id', 'displayTimeUnit', 'baseTimeNanoseconds']
-    """
-    header: Dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
-    for flag in _FLAG_ORDER + tuple(n for n in OPTION_NAMES if n not in _FLAG_ORDER):
-        if session.options.get(flag):
-            header[flag] = 1
-    for key, text in session.metadata.items():
-        header[key] = validate_metadata_json(key, text)
-    header["trace_id"] = uuid.uuid4().hex.upper()
-    header["displayTimeUnit"] = "ms"
-    header["baseTimeNanoseconds"] = _base_time_ns(session)
-    return header
-
-
-def _base_time_ns(session: ProfileSession) -> int:
-    # Unix time of the window start, rounded down to a whole second: ts stay
-    # small (a double holds them to the ns) and never negative.
-    start, _ = trace_window(session)
-    return (start + session.epoch_offset_ns) // 1_000_000_000 * 1_000_000_000
-
+from opscope.export.output_path import check_output_path
+from opscope.export.trace_header import (  # noqa: F401 (validate_metadata_json: profiler.py)
+    trace_header, trace_window, validate_metadata_json)
+from opscope.model.records import FLAG_MEMORY, SCOPE_USER
+from opscope.model.session import ProfileSession
+from opscope.model.torch_names import MEMORY_EVENT
 
 def forward_backward_links(session: ProfileSession) -> List[Tuple[int, int]]:
     """(forward row, backward row) pairs for ``fwdbwd`` flows, backward time order.
 
-    A backward event (scope BACKWARD_FUNCTION, ``seq_nr >= 0``) links to the
-    outermost forward op with the same ``seq_nr`` whose ``rf_thread_id`` is the
-    backward's ``fwd_thread_id``. A forward op has scope FUNCTION and
-    ``fwd_thread_id`` 0 (ops run by the autograd engine carry the forward
-    thread there, so they are never taken for the forward op).
+    The pairs of ``opscope.analysis.facts.forward_links``: each backward node
+    with the forward op that created it.
     """
     return [tuple(pair) for pair in _link_rows(session).tolist()]
 
 
 def _link_rows(session: ProfileSession) -> np.ndarray:
     """``forward_backward_links`` as a (links, 2) array."""
-    t = session.table
-    bwd = np.flatnonzero((t.scope == SCOPE_BACKWARD_FUNCTION) & (t.seq_nr >= 0))
-    fwd = forward_ops(t, bwd, (t.scope == SCOPE_FUNCTION) & (t.fwd_thread_id == 0))
-    found = fwd >= 0
-    return np.stack([fwd[found], bwd[found]], axis=1)
+    fwd = forward_links(session)
+    bwd = np.flatnonzero(fwd >= 0)
+    return np.stack([fwd[bwd], bwd], axis=1)
 
 
 class _ChunkWriter:
@@ -175,6 +77,7 @@ class _ChunkWriter:
             self.started = True
 
     def line(self, text: str) -> None:
+        """Write one rendered line of text."""
         self.add(text.encode())
 
     def rows(self, lines: JsonRows) -> None:
@@ -259,7 +162,7 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
 
 def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
                out: _ChunkWriter) -> None:
-    """One ``X`` line per table row except ``[memory]`` rows (written as instants).
+    """One ``X`` line per table row except memory rows (written as instants).
 
     Names, threads and extra args are rendered once per distinct value and
     picked per row; the numbers are rendered by ``JsonRows`` in bulk.
@@ -384,7 +287,7 @@ def _extra_args(session: ProfileSession) -> List[Any]:
 
 
 def _write_memory(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
-    """One ``[memory]`` instant event per allocator record, with torch's args."""
+    """One ``MEMORY_EVENT`` instant event per allocator record, with torch's args."""
     mem = session.memory
     table = session.table
     n = len(mem)
@@ -396,8 +299,8 @@ def _write_memory(session: ProfileSession, pid: int, shift: int, out: _ChunkWrit
     ts_ns = mem["time_ns"] + shift
     first_idx = len(table)
     lines = JsonRows(n)
-    lines.text('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", '
-               '"pid": %d, "tid": ' % pid)
+    lines.text('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": %s, '
+               '"pid": %d, "tid": ' % (json.dumps(MEMORY_EVENT), pid))
     lines.number(tids)
     lines.text(', "ts": ')
     lines.number(ts_ns, micros=True)
@@ -432,8 +335,6 @@ def _module_args(session: ProfileSession) -> List[str]:
     (``with_modules``) is marked by ``"Module Class"``, ``"Module Path"``,
     ``"Module Hierarchy"`` and ``"Module Parameters"`` (see ``opscope.model.modules``).
     """
-    from opscope.analysis.modules import module_hierarchy, module_mask
-
     out = [""] * len(session.table)
     rendered: Dict[str, str] = {}
     for i, text in enumerate(module_hierarchy(session)):
@@ -441,7 +342,7 @@ def _module_args(session: ProfileSession) -> List[str]:
             if text not in rendered:
                 rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
             out[i] = rendered[text]
-    for i in np.flatnonzero(module_mask(session)).tolist():
+    for i in np.flatnonzero(module_ranges(session)).tolist():
         info = session.modules[session.table.name(i)]
         out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
                          for k, v in info.trace_args().items())

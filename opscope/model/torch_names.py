@@ -15,5 +15,7 @@ PROFILER_STEP = "ProfilerStep"              # one range per profile.step(): Prof
 PROFILER_STEP_PREFIX = PROFILER_STEP + "#"
 PROFILER_STEP_WILDCARD = PROFILER_STEP + "*"  # how torch's tables name the steps together
 MEMORY_EVENT = "[memory]"                   # an allocation made outside any op
+AUTOGRAD_ENGINE_PREFIX = "autograd::engine::"  # ranges the autograd engine records
 # autograd's wrapper around each backward node: "<prefix><NodeName>"
-EVALUATE_FUNCTION_PREFIX = "autograd::engine::evaluate_function: "
+EVALUATE_FUNCTION = AUTOGRAD_ENGINE_PREFIX + "evaluate_function"
+EVALUATE_FUNCTION_PREFIX = EVALUATE_FUNCTION + ": "

@@ -23,8 +23,9 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from opscope.model.session import ProfileSession
-from opscope.report.extras import memory_timeline, module_view
 from opscope.report.flame import flame_tree
+from opscope.report.memory import memory_timeline
+from opscope.report.modules import module_view
 from opscope.report.operators import operator_rows
 from opscope.report.overview import step_overview
 from opscope.report.recommendations import recommendations

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from opscope.analysis.aggregate import STEP_PREFIX, STEP_WILDCARD
+from opscope.analysis.aggregate import display_name
 from opscope.export.stacks import collapsed_stacks, frame_text
 from opscope.model.session import ProfileSession
 
@@ -71,8 +71,7 @@ def flame_tree(session: ProfileSession) -> Dict[str, Any]:
         root.total += ns
         node = root
         for part in key.split(";"):
-            if part.startswith(STEP_PREFIX):
-                part = STEP_WILDCARD
+            part = display_name(part)  # ProfilerStep#N -> ProfilerStep*
             nid = name_ids.get(part)
             if nid is None:
                 nid = name_ids[part] = len(names)

@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from opscope.analysis.aggregate import display_name_ids, key_averages
-from opscope.model.records import SCOPE_USER
+from opscope.analysis.aggregate import key_averages
+from opscope.analysis.facts import event_flops, event_memory, shapes_recorded
+from opscope.analysis.op_details import caller_names, key_rows, top_groups
 from opscope.model.session import ProfileSession
-from opscope.report.extras import event_flops, event_memory
 
 DETAIL_LIMIT = 8  # shapes, callers, call sites shown per op
 STACK_FRAMES = 12  # innermost frames kept per call site
@@ -46,19 +46,9 @@ def operator_rows(session: ProfileSession) -> Dict[str, Any]:
     flops = event_flops(session)
     memory = event_memory(session)
     rows = key_averages(table, memory=memory, flops=flops)
-    names = display_name_ids(table)
-    is_user = (table.scope == SCOPE_USER).astype(np.int64)
-    row_key = names * 2 + is_user
-    # key_averages' grouping: one row per key, rows ordered by each key's first event
-    event_row = np.zeros(0, dtype=np.int64)
-    if len(table):
-        _, first, group = np.unique(row_key, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-        event_row = rank[group.reshape(-1)]
-
-    shapes = _shape_details(session, event_row, len(rows)) if session.options.get(
-        "record_shapes") or _any_inputs(table) else None
+    event_row = key_rows(table)
+    shapes = (_shape_details(session, event_row, len(rows)) if shapes_recorded(session)
+              else None)
     callers = _caller_details(session, event_row, len(rows))
     sites = _stack_details(session, event_row, len(rows)) if session.stacks else None
     out: List[Dict[str, Any]] = []
@@ -78,35 +68,10 @@ def operator_rows(session: ProfileSession) -> Dict[str, Any]:
             "has_flops": flops is not None, "has_memory": memory is not None}
 
 
-def _any_inputs(table) -> bool:
-    from opscope.model.records import NO_INPUTS
-
-    return bool(len(table)) and bool((table.input_offset != NO_INPUTS).any())
-
-
-def _top_groups(event_row: np.ndarray, label: np.ndarray, weights: np.ndarray, n_rows: int,
-                limit: int) -> List[List[tuple]]:
-    """Per row, up to ``limit`` (label, count, weight sum) by weight, largest first."""
-    out: List[List[tuple]] = [[] for _ in range(n_rows)]
-    valid = label >= 0
-    if not valid.any():
-        return out
-    span = int(label[valid].max()) + 1
-    pair = event_row[valid] * span + label[valid]
-    uniq, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=weights[valid])
-    rank = np.lexsort((-sums, uniq // span))
-    for g in rank.tolist():
-        r = int(uniq[g] // span)
-        if len(out[r]) < limit:
-            out[r].append((int(uniq[g] % span), int(counts[g]), float(sums[g])))
-    return out
-
-
 def _shape_details(session: ProfileSession, event_row: np.ndarray, n_rows: int) -> List[list]:
     sig, decoded = session.table.input_signatures()
     texts = [str(rec.shapes) for rec in decoded]
-    groups = _top_groups(event_row, sig, session.table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
+    groups = top_groups(event_row, sig, session.table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
     return [[[texts[k], c, _round(w)] for k, c, w in g] for g in groups]
 
 
@@ -114,10 +79,7 @@ def _caller_details(session: ProfileSession, event_row: np.ndarray, n_rows: int)
     table = session.table
     if len(table) == 0:
         return [[] for _ in range(n_rows)]
-    names = display_name_ids(table)
-    parent = table.parent
-    label = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
-    groups = _top_groups(event_row, label, table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
+    groups = top_groups(event_row, caller_names(table), table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
     sym = table.symbols
     return [[[sym[k], c, _round(w)] for k, c, w in g] for g in groups]
 
@@ -133,6 +95,6 @@ def _stack_details(session: ProfileSession, event_row: np.ndarray,
     if not ids:
         return None
     frames_of = list(ids)
-    groups = _top_groups(event_row, label, session.table.self_ns / 1000.0, n_rows,
+    groups = top_groups(event_row, label, session.table.self_ns / 1000.0, n_rows,
                          DETAIL_LIMIT)
     return [[[list(frames_of[k]), c, _round(w)] for k, c, w in g] for g in groups]

@@ -19,8 +19,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from opscope.analysis.categories import DATA_LOADING, OPTIMIZER, op_kind, top_level_ops
+from opscope.analysis.facts import shapes_recorded
 from opscope.model.session import ProfileSession
-from opscope.report.categories import DATA_LOADING, OPTIMIZER, is_op_name, op_kind
+from opscope.model.torch_names import PROFILER_STEP, PROFILER_STEP_PREFIX
 
 DATA_LOADING_SHARE = 0.05
 SHORT_OP_US = 10.0
@@ -45,11 +47,12 @@ class Recommendation:
     severity: str = "medium"
 
     def as_dict(self) -> Dict[str, Any]:
+        """The recommendation as the page's JSON object."""
         return asdict(self)
 
 
 @dataclass
-class Facts:
+class RuleInputs:
     """What the rules read: the session and the report's aggregates."""
 
     session: ProfileSession
@@ -65,10 +68,12 @@ class Facts:
 
     @property
     def step_total_us(self) -> float:
+        """Summed duration of the steps shown, in us."""
         return sum(s["dur_us"] for s in self.overview["steps"])
 
     @property
     def n_steps(self) -> int:
+        """Number of steps (at least 1, so per-step figures never divide by 0)."""
         return max(1, len(self.overview["steps"]))
 
 
@@ -80,7 +85,8 @@ def _us(x: float) -> str:
     return f"{x / 1000.0:.3f} ms" if x >= 1000 else f"{x:.1f} us"
 
 
-def data_loading(f: Facts) -> Optional[Recommendation]:
+def data_loading(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when data loading takes more than ``DATA_LOADING_SHARE`` of step time."""
     spent, total = f.share(DATA_LOADING)
     if total <= 0 or spent / total <= DATA_LOADING_SHARE:
         return None
@@ -94,14 +100,12 @@ def data_loading(f: Facts) -> Optional[Recommendation]:
          f"above the {_pct(DATA_LOADING_SHARE)} threshold"], "high")
 
 
-def host_bound(f: Facts) -> Optional[Recommendation]:
+def host_bound(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when top-level ops shorter than ``SHORT_OP_US`` dominate (by time or count)."""
     table = f.session.table
     if len(table) == 0:
         return None
-    op_name = np.array([is_op_name(n) for n in table.symbols.names])
-    is_op = op_name[table.name_id]
-    parent_is_op = np.where(table.parent >= 0, is_op[np.maximum(table.parent, 0)], False)
-    top = is_op & ~parent_is_op
+    top = top_level_ops(table)
     dur_us = table.duration_ns[top] / 1000.0
     if len(dur_us) < 20:
         return None
@@ -120,7 +124,8 @@ def host_bound(f: Facts) -> Optional[Recommendation]:
          f"median top-level op: {float(np.median(dur_us)):.1f} us"], "high")
 
 
-def small_copies(f: Facts) -> Optional[Recommendation]:
+def small_copies(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires on many short ``aten::copy_``/``aten::to`` calls per step."""
     rows = [r for r in f.operators["rows"] if r["name"] in COPY_NAMES and not r["user"]]
     calls = sum(r["calls"] for r in rows)
     total_us = sum(r["total_us"] for r in rows)
@@ -139,7 +144,8 @@ def small_copies(f: Facts) -> Optional[Recommendation]:
                                          if step_total > 0 else "")])
 
 
-def optimizer_share(f: Facts) -> Optional[Recommendation]:
+def optimizer_share(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when the optimizer takes at least ``OPTIMIZER_SHARE`` of step time."""
     spent, total = f.share(OPTIMIZER)
     if total <= 0 or spent / total < OPTIMIZER_SHARE:
         return None
@@ -155,8 +161,9 @@ def optimizer_share(f: Facts) -> Optional[Recommendation]:
          "foreach kernels seen: " + ("yes" if foreach else "no")])
 
 
-def missing_shapes(f: Facts) -> Optional[Recommendation]:
-    if f.operators["has_shapes"]:
+def missing_shapes(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when shapes were not recorded and a matmul/conv is among the top ops."""
+    if shapes_recorded(f.session):
         return None
     ops = sorted((r for r in f.operators["rows"] if not r["user"]),
                  key=lambda r: -r["self_us"])[:3]
@@ -173,7 +180,8 @@ def missing_shapes(f: Facts) -> Optional[Recommendation]:
          f"no shapes recorded" for r in hot], "info")
 
 
-def step_spread(f: Facts) -> Optional[Recommendation]:
+def step_spread(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when the slowest step exceeds ``STEP_SPREAD`` times the median."""
     spread = f.overview["spread"]
     if spread.get("count", 0) < 3 or spread["max"] <= STEP_SPREAD * spread["median"]:
         return None
@@ -186,17 +194,18 @@ def step_spread(f: Facts) -> Optional[Recommendation]:
          f"{spread['count']} steps)"], "info")
 
 
-def no_steps(f: Facts) -> Optional[Recommendation]:
+def no_steps(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when the session has no ``ProfilerStep#N`` ranges."""
     if f.overview["has_steps"] or len(f.session.table) == 0:
         return None
     return Recommendation(
-        "no-steps", "No ProfilerStep ranges: the overview treats the session as one step",
+        "no-steps", f"No {PROFILER_STEP} ranges: the overview treats the session as one step",
         "Profile with a schedule and call prof.step() once per iteration (opscope run does "
         "this at each optimizer.step()) to get per-step times and their spread.",
-        ["0 ProfilerStep#N ranges recorded"], "info")
+        [f"0 {PROFILER_STEP_PREFIX}N ranges recorded"], "info")
 
 
-RULES: List[Callable[[Facts], Optional[Recommendation]]] = [
+RULES: List[Callable[[RuleInputs], Optional[Recommendation]]] = [
     data_loading, host_bound, small_copies, optimizer_share, missing_shapes, step_spread,
     no_steps,
 ]
@@ -205,10 +214,10 @@ RULES: List[Callable[[Facts], Optional[Recommendation]]] = [
 def recommendations(session: ProfileSession, overview: Dict[str, Any],
                     operators: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Every rule that fires, as dicts for the page."""
-    facts = Facts(session, overview, operators)
+    inputs = RuleInputs(session, overview, operators)
     out = []
     for rule in RULES:
-        found = rule(facts)
+        found = rule(inputs)
         if found is not None:
             out.append(found.as_dict())
     return out

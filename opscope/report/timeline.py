@@ -28,7 +28,7 @@ from typing import Any, Dict
 import numpy as np
 
 from opscope.model.session import ProfileSession
-from opscope.report.hierarchy import event_depth
+from opscope.analysis.ancestry import event_depth
 
 TIMELINE_CAP = 100_000
 

@@ -25,10 +25,11 @@ from typing import List, Tuple
 
 import numpy as np
 
-from opscope.analysis.aggregate import STEP_PREFIX
+from opscope.analysis.hierarchy import inherit_down, outermost_down
 from opscope.model.events import EventTable
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_USER
-from opscope.report.hierarchy import inherit_down, outermost_down
+from opscope.model.torch_names import (AUTOGRAD_ENGINE_PREFIX, EVALUATE_FUNCTION, PROFILER_STEP,
+                                      PROFILER_STEP_PREFIX)
 
 DATA_LOADING, OPTIMIZER, BACKWARD = "data loading", "optimizer", "backward"
 PYTHON_OTHER, IDLE = "Python/other", "idle"
@@ -56,6 +57,8 @@ KIND_NAMES = [k for k, _ in OP_KINDS] + [OTHER_OPS]
 CATEGORY_NAMES = list(KIND_NAMES) + [BACKWARD, OPTIMIZER, DATA_LOADING, PYTHON_OTHER, IDLE]
 
 _KIND_PATTERNS = [(kind, re.compile(pattern + r"\Z")) for kind, pattern in OP_KINDS]
+# namespaces and names that look like ops but are torch's own ranges
+_NOT_OPS = (AUTOGRAD_ENGINE_PREFIX, "profiler::", PROFILER_STEP)
 _DATA_PATTERN = re.compile(r"(enumerate\(DataLoader\).*|.*data[ _.]?load.*|.*dataloader.*)",
                            re.IGNORECASE)
 
@@ -77,7 +80,7 @@ def context_of_name(name: str) -> str:
     """
     if name.startswith("Optimizer."):
         return OPTIMIZER
-    if name.startswith("autograd::engine::evaluate_function"):
+    if name.startswith(EVALUATE_FUNCTION):
         return BACKWARD
     if _DATA_PATTERN.match(name):
         return DATA_LOADING
@@ -87,7 +90,7 @@ def context_of_name(name: str) -> str:
 def is_op_name(name: str) -> bool:
     """True for a dispatcher op (``ns::name``); ranges and Python frames are not ops."""
     return "::" in name and " " not in name.split("::", 1)[0] and not name.startswith(
-        ("autograd::engine::", "profiler::", "ProfilerStep"))
+        _NOT_OPS)
 
 
 def event_categories(table: EventTable) -> np.ndarray:
@@ -99,7 +102,7 @@ def event_categories(table: EventTable) -> np.ndarray:
                             dtype=np.int64)
     kind_code = np.array([KIND_NAMES.index(op_kind(nm)) if is_op_name(nm) else -1
                           for nm in names] or [-1], dtype=np.int64)
-    is_step = np.array([nm.startswith(STEP_PREFIX) for nm in names] or [False])
+    is_step = np.array([nm.startswith(PROFILER_STEP_PREFIX) for nm in names] or [False])
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     nid = table.name_id
@@ -114,3 +117,16 @@ def event_categories(table: EventTable) -> np.ndarray:
     category = np.where(kind >= 0, kind, outside_ops)
     context_category = np.array([CATEGORY_NAMES.index(c) for c in CONTEXTS])
     return np.where(context >= 0, context_category[np.maximum(context, 0)], category)
+
+
+def top_level_ops(table: EventTable) -> np.ndarray:
+    """True for each op (``is_op_name``) whose parent is not an op: the ops Python called.
+
+    Their count and durations say whether a run is host-bound (many short ops).
+    """
+    if len(table) == 0:
+        return np.zeros(0, dtype=bool)
+    op_name = np.array([is_op_name(n) for n in table.symbols.names])
+    is_op = op_name[table.name_id]
+    parent_is_op = np.where(table.parent >= 0, is_op[np.maximum(table.parent, 0)], False)
+    return is_op & ~parent_is_op

@@ -1,6 +1,7 @@
 """Label propagation down the event tree, vectorised by depth level.
 
-Depths and levels come from ``opscope.analysis.ancestry``.
+Depths and levels come from ``opscope.analysis.ancestry``. The step breakdown's
+categories (``opscope.analysis.categories``) are labels propagated this way.
 
 ``parent`` is ``EventTable.parent`` (-1 for a root; parents come before their
 children in table order). Each function loops over depth levels, never over
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opscope.analysis.ancestry import event_depth, levels  # noqa: F401 (used by views)
+from opscope.analysis.ancestry import event_depth, levels  # noqa: F401 (doctest)
 
 
 def inherit_down(parent: np.ndarray, own: np.ndarray) -> np.ndarray:
