@@ -121,7 +121,7 @@ class Recording(BackwardHooks):
     def prime(self) -> None:
         """Call the mode once, unpushed and inactive, on a no-op: torch wraps
         ``__torch_dispatch__`` in a dynamo-disable that imports torch._dynamo on its
-        first call (seconds), which must not land inside the first recorded op."""
+        first call, which must not land inside the first recorded op."""
         self.mode.__torch_dispatch__(lambda: None, (), (), {})
 
     def _on_new_thread(self, frame, event, arg):
