@@ -5,6 +5,7 @@ It is built on first use and cached like the main observer (see
 
 Example::
 
+    >>> import torch
     >>> collector = NodeCollector.load()      # RuntimeError if it cannot be built
     >>> collector.register()
     >>> collector.enable(); _ = torch.ones(2) + 1; collector.disable()
