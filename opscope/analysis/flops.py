@@ -214,10 +214,12 @@ class FlopTotals:
 
     @property
     def total(self) -> int:
+        """Forward plus backward FLOPs."""
         return self.forward + self.backward
 
     @property
     def without_elementwise(self) -> int:
+        """The total less ``aten::add``/``aten::mul``: what FlopCounterMode counts."""
         return self.total - self.elementwise
 
 

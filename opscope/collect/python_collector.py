@@ -57,7 +57,8 @@ What it misses compared with torch.profiler:
 ``start``/``stop`` must nest with a user's own ``with Mode():`` on the same
 thread, as any two dispatch modes must. The first ``start`` in a process
 imports ``torch._dynamo``, which torch's dispatch-mode wrapper needs; later
-starts skip it. Each recorded op pays for one Python call (BENCHMARKS.md).
+starts skip it. Each recorded op pays for a Python call, which the native
+collector does not.
 
 The parts: ``python_mode`` (the dispatch mode), ``python_recording`` (one
 recording's state and the patches that feed it), ``python_inputs`` (argument
@@ -116,6 +117,7 @@ class PythonCollector:
         return monotonic_ns()
 
     def is_recording(self) -> bool:
+        """True between ``start`` and ``stop``."""
         return self._rec is not None and self._rec.active
 
     def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
@@ -143,6 +145,7 @@ class PythonCollector:
         self._rec = rec
 
     def stop(self) -> RawSession:
+        """Stop recording; every row of every thread, as a RawSession (open ranges end now)."""
         rec = self._rec
         if rec is None:
             raise RuntimeError("opscope python collector is not recording; call start() first")
@@ -205,6 +208,7 @@ class PythonCollector:
         return handle
 
     def range_pop(self, handle: int) -> None:
+        """Close the user range ``range_push`` opened (an unknown handle does nothing)."""
         end = monotonic_ns()
         rec = self._rec
         row = rec.ranges.pop(handle, None) if rec is not None else None

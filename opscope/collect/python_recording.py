@@ -83,6 +83,7 @@ class Recording(BackwardHooks):
 
     # -- names and threads ------------------------------------------------
     def intern(self, name: str) -> int:
+        """The id of ``name`` in this recording's names (added on first sight)."""
         sid = self.name_ids.get(name)
         if sid is None:
             with self._lock:
@@ -92,6 +93,7 @@ class Recording(BackwardHooks):
         return sid
 
     def op_name_id(self, func) -> int:
+        """The name id of an aten op (its schema name), or SKIP for ``profiler::`` ops."""
         schema = getattr(func, "_schema", None)
         name = schema.name if schema is not None else str(func)
         sid = SKIP if name.startswith("profiler::") else self.intern(name)
@@ -99,6 +101,7 @@ class Recording(BackwardHooks):
         return sid
 
     def buffer(self) -> ThreadBuffer:
+        """This thread's row buffer (made on the thread's first record)."""
         buf = getattr(self._local, "buf", None)
         if buf is None:
             with self._lock:
@@ -115,6 +118,7 @@ class Recording(BackwardHooks):
         return self.buffer()
 
     def push_mode(self) -> None:
+        """Put the dispatch mode on this thread's mode stack."""
         self.pushed = True
         _push_mode(self.mode)
 
@@ -149,10 +153,12 @@ class Recording(BackwardHooks):
 
     # -- inputs -----------------------------------------------------------
     def encode(self, buf: ThreadBuffer, func, args, kwargs) -> int:
+        """Encode the call's inputs into ``buf`` (see ``python_inputs.encode_call``)."""
         return encode_call(self.arg_specs, buf, func, args, kwargs)
 
     # -- ranges -----------------------------------------------------------
     def range_begin(self, name: str) -> list:
+        """Open a user range row on this thread and return it (closed by ``close_row``)."""
         buf = self.join_thread()
         row = open_row(buf, 0, self.intern(name), SCOPE_USER)
         buf.rows.append(row)
@@ -160,10 +166,12 @@ class Recording(BackwardHooks):
         return row
 
     def rf_enter(self, rf) -> None:
+        """A ``record_function`` was entered: open its range."""
         if self.active:
             self.rf_rows.setdefault(id(rf), []).append(self.range_begin(str(rf.name)))
 
     def rf_exit(self, rf) -> None:
+        """A ``record_function`` was left: close its innermost open range."""
         end = monotonic_ns()
         rows = self.rf_rows.get(id(rf))
         if rows:
@@ -185,6 +193,7 @@ class Recording(BackwardHooks):
         self._undo.append(undo)
 
     def install(self) -> None:
+        """Wrap ``record_function``, backward and grad, hook new threads, push the mode."""
         rec = self
         rf_cls = torch.autograd.profiler.record_function
 
