@@ -105,16 +105,18 @@ class _Groups(NamedTuple):
     count: int
 
 
-def _grouped(base_key: np.ndarray, parts: Optional[List[tuple]]) -> _Groups:
-    """Group events by ``base_key`` (ints), and by ``parts`` (per-event tuples) if given."""
+def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Groups:
+    """Group events by ``base_key`` (ints) and the per-event values of ``columns``
+    (shape texts, stack tuples, overload names; None: not grouped by it)."""
     n = len(base_key)
-    if parts is None:
+    columns = [c for c in columns if c is not None]
+    if not columns:
         _, group = np.unique(base_key, return_inverse=True)
         group = group.reshape(-1)
     else:
         keys: Dict[tuple, int] = {}
-        group = np.fromiter((keys.setdefault((b,) + p, len(keys))
-                             for b, p in zip(base_key.tolist(), parts)), np.int64, n)
+        group = np.fromiter((keys.setdefault(k, len(keys))
+                             for k in zip(base_key.tolist(), *columns)), np.int64, n)
     n_groups = int(group.max()) + 1
     first = np.full(n_groups, n, dtype=np.int64)
     np.minimum.at(first, group, np.arange(n))
@@ -136,17 +138,6 @@ def _int_sums(groups: _Groups, values) -> List[int]:
     out = np.zeros(groups.count, dtype=np.int64)
     np.add.at(out, groups.of_event, values.astype(np.int64))
     return out.tolist()
-
-
-def _key_parts(shapes: Optional[List[str]], stacks: Optional[List[tuple]],
-               overloads: Optional[List[str]]) -> Optional[List[tuple]]:
-    """Per-event extra key parts, in torch's order (overload, shapes, stack); None if none."""
-    columns = [c for c in (overloads, shapes) if c is not None]
-    if not columns and stacks is None:
-        return None
-    n = len((columns or [stacks])[0])
-    return [tuple(c[i] for c in columns) + (stacks[i] if stacks is not None else ())
-            for i in range(n)]
 
 
 def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
@@ -172,26 +163,25 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
     ids, symbols = display_names(table)
     names = ids[rows_in]
     is_user = (table.scope[rows_in] == SCOPE_USER).astype(np.int64)
-    picked = rows_in.tolist()
     overloads = None
     if group_by_overload_name:
-        overloads = ([""] * len(picked) if overload_names is None
-                     else [overload_names[i] or "" for i in picked])
-    groups = _grouped(names * 2 + is_user, _key_parts(
-        _shape_texts(table, picked) if group_by_input_shape else None,
-        _stack_keys(stacks, picked, group_by_stack_n) if group_by_stack_n > 0 else None,
-        overloads if overload_names is not None else None))
+        overloads = ([""] * len(rows_in) if overload_names is None
+                     else [overload_names[i] or "" for i in rows_in.tolist()])
+    groups = _grouped(names * 2 + is_user, [
+        overloads if overload_names is not None else None,
+        _shape_texts(table, rows_in) if group_by_input_shape else None,
+        _stack_keys(stacks, rows_in, group_by_stack_n) if group_by_stack_n > 0 else None])
     mem = memory or {}
     zeros = [0] * groups.count
     total = _float_sums(groups, (table.duration_ns / 1000.0)[rows_in])
     self_total = _float_sums(groups, (table.self_ns / 1000.0)[rows_in])
-    counts = _int_sums(groups, np.ones(len(picked), dtype=np.int64))
+    counts = _int_sums(groups, np.ones(len(rows_in), dtype=np.int64))
     cpu_mem, self_mem, flop_sum = (
         _int_sums(groups, np.asarray(values)[rows_in]) if values is not None else zeros
         for values in (mem.get("cpu_memory_usage"), mem.get("self_cpu_memory_usage"), flops))
     rows: List[FunctionEventAvg] = []
     for g, k in enumerate(groups.first.tolist()):
-        i = picked[k]
+        i = int(rows_in[k])
         shapes = None
         if group_by_input_shape:
             sig, decoded = table.input_signatures()
@@ -210,16 +200,16 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
     return rows
 
 
-def _shape_texts(table: EventTable, picked: List[int]) -> List[str]:
+def _shape_texts(table: EventTable, rows: np.ndarray) -> List[str]:
     sig, decoded = table.input_signatures()
     text = [str(rec.shapes) for rec in decoded] + ["[]"]
-    return [text[k] for k in sig[picked].tolist()]  # -1 picks "[]"
+    return [text[k] for k in sig[rows].tolist()]  # -1 picks "[]"
 
 
-def _stack_keys(stacks: Optional[Sequence], picked: List[int], n: int) -> List[tuple]:
+def _stack_keys(stacks: Optional[Sequence], rows: np.ndarray, n: int) -> List[tuple]:
     if stacks is None:
-        return [()] * len(picked)
-    return [tuple((stacks[i] or [])[:n]) for i in picked]
+        return [()] * len(rows)
+    return [tuple((stacks[i] or [])[:n]) for i in rows.tolist()]
 
 
 def session_key_averages(session, *, group_by_input_shape: bool = False,
@@ -282,10 +272,10 @@ def event_key_averages(events: Sequence, *, group_by_input_shape: bool = False,
     keys: Dict[tuple, int] = {}
     base_key = np.fromiter((keys.setdefault((ev.key, getattr(ev, "is_user_annotation", False)),
                                             len(keys)) for ev in events), np.int64, len(events))
-    groups = _grouped(base_key, _key_parts(
+    groups = _grouped(base_key, [
+        [getattr(ev, "overload_name", "") for ev in events] if group_by_overload_name else None,
         [str(ev.input_shapes) for ev in events] if group_by_input_shape else None,
-        [tuple(ev.stack[:group_by_stack_n]) for ev in events] if group_by_stack_n > 0 else None,
-        [getattr(ev, "overload_name", "") for ev in events] if group_by_overload_name else None))
+        [tuple(ev.stack[:group_by_stack_n]) for ev in events] if group_by_stack_n > 0 else None])
     total = _float_sums(groups, [ev.cpu_time_total for ev in events])
     self_total = _float_sums(groups, [ev.self_cpu_time_total for ev in events])
     counts, cpu_mem, self_mem, flops = (_int_sums(groups, [getattr(ev, f) or 0 for ev in events])
