@@ -1,12 +1,16 @@
 """opscope: a profiler for PyTorch programs, with torch.profiler's API.
 
-Replace ``torch.profiler`` with ``opscope`` and the same code runs::
+Replace ``torch.profiler`` with ``opscope`` and the same code runs:
 
-    import opscope
-    with opscope.profile(record_shapes=True) as prof:
-        train_step()
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
-    prof.export_chrome_trace("trace.json")
+>>> import os, tempfile, torch
+>>> import opscope
+>>> model = torch.nn.Linear(4, 2)
+>>> with opscope.profile(record_shapes=True) as prof:
+...     model(torch.ones(3, 4)).sum().backward()
+>>> table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
+>>> "aten::addmm" in table
+True
+>>> prof.export_chrome_trace(os.path.join(tempfile.mkdtemp(), "trace.json"))
 """
 
 from __future__ import annotations

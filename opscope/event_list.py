@@ -15,10 +15,9 @@ Example::
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Iterable
 
-from opscope.analysis.aggregate import total_average
+from opscope.analysis.aggregate import event_key_averages, total_average
 from opscope.arguments import check_bool, check_int
 from opscope.model.function_event import FunctionEventAvg
 
@@ -70,7 +69,8 @@ class EventList(list):
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
                      group_by_overload_name: bool = False,
                      include_python_functions: bool = False) -> "EventList":
-        """Group these events by key (and shapes, stack, overload name).
+        """Group these events by key (and shapes, stack, overload name): see
+        ``analysis.aggregate.event_key_averages``.
 
         Events with ``is_python_function`` set are left out unless
         ``include_python_functions`` is True, as in torch 2.15.
@@ -88,25 +88,10 @@ class EventList(list):
                                             group_by_overload_name)
         include_python_functions = check_bool("key_averages", "include_python_functions",
                                               include_python_functions)
-        groups: "OrderedDict[tuple, FunctionEventAvg]" = OrderedDict()
-        for ev in self:
-            if getattr(ev, "is_python_function", False) and not include_python_functions:
-                continue
-            key = (ev.key, getattr(ev, "is_user_annotation", False))
-            if group_by_overload_name:
-                key += (getattr(ev, "overload_name", ""),)
-            if group_by_input_shape:
-                key += (str(ev.input_shapes),)
-            if group_by_stack_n > 0:
-                key += tuple(ev.stack[:group_by_stack_n])
-            groups.setdefault(key, FunctionEventAvg()).add(ev)
-        rows = list(groups.values())
-        for row in rows:
-            row.stack = list(row.stack[:group_by_stack_n]) if group_by_stack_n > 0 else []
-            if not group_by_input_shape:
-                row.input_shapes = ""
-            if not group_by_overload_name:
-                row.overload_name = ""
+        rows = event_key_averages(self, group_by_input_shape=group_by_input_shape,
+                                  group_by_stack_n=group_by_stack_n,
+                                  group_by_overload_name=group_by_overload_name,
+                                  include_python_functions=include_python_functions)
         return EventList(rows, profile_memory=self._profile_memory, with_flops=self._with_flops,
                          with_overload_name=group_by_overload_name)
 

@@ -1,8 +1,10 @@
-"""key_averages: group events by name (and optionally shapes or stack), columnar.
+"""key_averages: group events by name (and optionally overload name, shapes or stack).
 
-The plain grouping is vectorised: ``np.unique`` over interned names and
-``np.bincount`` sums. Grouping by shapes or stack builds string keys, since
-those are per-event Python values anyway.
+One grouping serves a session's columns (``key_averages``, ``session_key_averages``)
+and a list of event objects (``event_key_averages``, for ``EventList``). The plain
+grouping is vectorised: ``np.unique`` over interned names and ``np.bincount`` sums.
+Grouping by shapes, stack or overload name builds tuple keys, since those are
+per-event Python values anyway. Reading a session never changes it.
 
 Example::
 
@@ -18,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,13 +49,43 @@ def display_name(name: str) -> str:
     return STEP_WILDCARD if name.startswith(STEP_PREFIX) else name
 
 
+def display_names(table: EventTable) -> Tuple[np.ndarray, List[str]]:
+    """(per-event display name id, the names those ids index), leaving the table as it is.
+
+    Step ranges share one id: the table's own ``ProfilerStep*`` if it has one, else an
+    id just past the table's names, which the returned list (a copy) holds.
+
+    >>> from opscope.model.events import SymbolTable
+    >>> cols = {c: np.zeros(2, dtype=np.int64) for c in EventTable.COLUMNS}
+    >>> cols["name_id"] = np.array([0, 1])
+    >>> table = EventTable(SymbolTable(["ProfilerStep#1", "ProfilerStep#2"]), cols)
+    >>> ids, names = display_names(table)
+    >>> ids.tolist(), names[2], len(table.symbols)
+    ([2, 2], 'ProfilerStep*', 2)
+    """
+    names = list(table.symbols.names)
+    step_ids = [i for i, n in enumerate(names) if n.startswith(STEP_PREFIX)]
+    remap = np.arange(len(names), dtype=np.int64)
+    if step_ids:
+        wildcard = table.symbols.id_of(STEP_WILDCARD)
+        if wildcard is None:
+            wildcard = len(names)
+            names.append(STEP_WILDCARD)
+        remap[step_ids] = wildcard
+    ids = remap[table.name_id] if len(table) else np.zeros(0, dtype=np.int64)
+    return ids, names
+
+
 def display_name_ids(table: EventTable) -> np.ndarray:
-    """Per-event id of the display name (step ranges share one id)."""
-    step_ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(STEP_PREFIX)]
-    wildcard = table.symbols.intern(STEP_WILDCARD) if step_ids else -1
-    remap = np.arange(len(table.symbols), dtype=np.int64)
-    remap[step_ids] = wildcard
-    return remap[table.name_id] if len(table) else np.zeros(0, dtype=np.int64)
+    """Per-event id of the display name in ``table.symbols`` (step ranges share one id).
+
+    Unlike :func:`display_names`, this adds ``ProfilerStep*`` to the table's symbols
+    when steps need it; it stays only until ``report/operators.py`` reads
+    ``display_names`` instead.
+    """
+    if any(n.startswith(STEP_PREFIX) for n in table.symbols.names):
+        table.symbols.intern(STEP_WILDCARD)
+    return display_names(table)[0]
 
 
 def filtered_mask(table: EventTable) -> np.ndarray:
@@ -65,52 +97,90 @@ def filtered_mask(table: EventTable) -> np.ndarray:
     return ~np.isin(table.name_id, ids)
 
 
+class _Groups(NamedTuple):
+    """Which group each kept event falls in; groups are numbered in order of first event."""
+
+    of_event: np.ndarray  # group id per kept event
+    first: np.ndarray  # per group: position of its first event among the kept ones
+    count: int
+
+
+def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Groups:
+    """Group events by ``base_key`` (ints) and the per-event values of ``columns``
+    (shape texts, stack tuples, overload names; None: not grouped by it)."""
+    n = len(base_key)
+    columns = [c for c in columns if c is not None]
+    if not columns:
+        _, group = np.unique(base_key, return_inverse=True)
+        group = group.reshape(-1)
+    else:
+        keys: Dict[tuple, int] = {}
+        group = np.fromiter((keys.setdefault(k, len(keys))
+                             for k in zip(base_key.tolist(), *columns)), np.int64, n)
+    n_groups = int(group.max()) + 1
+    first = np.full(n_groups, n, dtype=np.int64)
+    np.minimum.at(first, group, np.arange(n))
+    # renumber so that group g is the g-th key to appear
+    rank = np.empty(n_groups, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(n_groups)
+    return _Groups(rank[group], np.sort(first), n_groups)
+
+
+def _float_sums(groups: _Groups, values) -> np.ndarray:
+    return np.bincount(groups.of_event, weights=np.asarray(values, dtype=np.float64),
+                       minlength=groups.count)
+
+
+def _int_sums(groups: _Groups, values) -> List[int]:
+    values = np.asarray(values)
+    if values.dtype.kind not in "iub":
+        return [int(v) for v in _float_sums(groups, values)]
+    out = np.zeros(groups.count, dtype=np.int64)
+    np.add.at(out, groups.of_event, values.astype(np.int64))
+    return out.tolist()
+
+
 def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
                  group_by_stack_n: int = 0, stacks: Optional[Sequence] = None,
                  memory: Optional[Dict[str, np.ndarray]] = None,
                  flops: Optional[np.ndarray] = None,
-                 exclude: Optional[np.ndarray] = None) -> List[FunctionEventAvg]:
+                 exclude: Optional[np.ndarray] = None,
+                 group_by_overload_name: bool = False,
+                 overload_names: Optional[Sequence[str]] = None) -> List[FunctionEventAvg]:
     """One FunctionEventAvg per key, in order of each key's first event.
 
     ``memory`` may hold per-event ``cpu_memory_usage``/``self_cpu_memory_usage``
     arrays and ``flops`` a per-event array; missing ones count as zero.
     ``exclude``, a per-event bool array, leaves those events out of every row.
+    ``overload_names`` (per event; None: none recorded, all "") is part of the key
+    with ``group_by_overload_name``, as in torch.
     """
     rows_in = np.arange(len(table), dtype=np.int64)
     if exclude is not None and len(exclude) == len(table):
         rows_in = rows_in[~np.asarray(exclude, dtype=bool)]
-    n = len(rows_in)
-    if n == 0:
+    if len(rows_in) == 0:
         return []
-    names = display_name_ids(table)[rows_in]
+    ids, symbols = display_names(table)
+    names = ids[rows_in]
     is_user = (table.scope[rows_in] == SCOPE_USER).astype(np.int64)
-    base_key = names * 2 + is_user
-    if group_by_input_shape or group_by_stack_n > 0:
-        group = _string_groups(table, rows_in, base_key, group_by_input_shape,
-                               group_by_stack_n, stacks)
-    else:
-        _, group = np.unique(base_key, return_inverse=True)
-    n_groups = int(group.max()) + 1
-    first = np.full(n_groups, n, dtype=np.int64)
-    np.minimum.at(first, group, np.arange(n))
-    order = np.argsort(first, kind="stable")
-
-    def summed(per_event: np.ndarray) -> np.ndarray:
-        return np.bincount(group, weights=np.asarray(per_event)[rows_in], minlength=n_groups)
-
-    counts = np.bincount(group, minlength=n_groups)
-    total = summed(table.duration_ns / 1000.0)
-    self_total = summed(table.self_ns / 1000.0)
-    zeros = np.zeros(n_groups)
+    overloads = None
+    if group_by_overload_name:
+        overloads = ([""] * len(rows_in) if overload_names is None
+                     else [overload_names[i] or "" for i in rows_in.tolist()])
+    groups = _grouped(names * 2 + is_user, [
+        overloads if overload_names is not None else None,
+        _shape_texts(table, rows_in) if group_by_input_shape else None,
+        _stack_keys(stacks, rows_in, group_by_stack_n) if group_by_stack_n > 0 else None])
     mem = memory or {}
-    cpu_mem = summed(mem["cpu_memory_usage"]) if "cpu_memory_usage" in mem else zeros
-    self_mem = summed(mem["self_cpu_memory_usage"]) if "self_cpu_memory_usage" in mem else zeros
-    flop_sum = summed(flops) if flops is not None else zeros
-
-    symbols = table.symbols
+    zeros = [0] * groups.count
+    total = _float_sums(groups, (table.duration_ns / 1000.0)[rows_in])
+    self_total = _float_sums(groups, (table.self_ns / 1000.0)[rows_in])
+    counts = _int_sums(groups, np.ones(len(rows_in), dtype=np.int64))
+    cpu_mem, self_mem, flop_sum = (
+        _int_sums(groups, np.asarray(values)[rows_in]) if values is not None else zeros
+        for values in (mem.get("cpu_memory_usage"), mem.get("self_cpu_memory_usage"), flops))
     rows: List[FunctionEventAvg] = []
-    for g in order.tolist():
-        k = int(first[g])
+    for g, k in enumerate(groups.first.tolist()):
         i = int(rows_in[k])
         shapes = None
         if group_by_input_shape:
@@ -120,40 +190,49 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
         if group_by_stack_n > 0 and stacks is not None and stacks[i]:
             stack = list(stacks[i][:group_by_stack_n])
         rows.append(FunctionEventAvg(
-            symbols[int(names[k])],
-            count=int(counts[g]),
-            cpu_time_total=float(total[g]),
+            symbols[int(names[k])], count=counts[g], cpu_time_total=float(total[g]),
             self_cpu_time_total=float(self_total[g]),
-            input_shapes=shapes if group_by_input_shape else "",
-            stack=stack,
-            scope=int(table.scope[i]),
-            cpu_memory_usage=int(cpu_mem[g]),
-            self_cpu_memory_usage=int(self_mem[g]),
-            flops=int(flop_sum[g]),
-            is_async=bool(table.is_async[i]),
-            is_user_annotation=bool(is_user[k]),
-        ))
+            input_shapes=shapes if group_by_input_shape else "", stack=stack,
+            scope=int(table.scope[i]), cpu_memory_usage=cpu_mem[g],
+            self_cpu_memory_usage=self_mem[g], flops=flop_sum[g],
+            is_async=bool(table.is_async[i]), is_user_annotation=bool(is_user[k]),
+            overload_name=overloads[k] if overloads is not None else ""))
     return rows
 
 
+def _shape_texts(table: EventTable, rows: np.ndarray) -> List[str]:
+    sig, decoded = table.input_signatures()
+    text = [str(rec.shapes) for rec in decoded] + ["[]"]
+    return [text[k] for k in sig[rows].tolist()]  # -1 picks "[]"
+
+
+def _stack_keys(stacks: Optional[Sequence], rows: np.ndarray, n: int) -> List[tuple]:
+    if stacks is None:
+        return [()] * len(rows)
+    return [tuple((stacks[i] or [])[:n]) for i in rows.tolist()]
+
+
 def session_key_averages(session, *, group_by_input_shape: bool = False,
-                         group_by_stack_n: int = 0,
+                         group_by_stack_n: int = 0, group_by_overload_name: bool = False,
                          include_python_functions: bool = True) -> List[FunctionEventAvg]:
     """``key_averages`` of a ProfileSession, with its stacks, memory and FLOPs.
 
     ``include_python_functions=False`` leaves out the rows a loaded trace marks
     as ``python_function`` events (``session.python_function_rows``), as torch
     2.15's ``key_averages()`` does by default. A live opscope session has none.
+    ``group_by_overload_name`` keys rows by overload name too; no source records
+    overload names yet, so every row's is "" and the grouping is the plain one.
 
     >>> from opscope.analysis.build import build_session
     >>> from opscope.model.records import RawSession
-    >>> session_key_averages(build_session(RawSession.empty()))
+    >>> session_key_averages(build_session(RawSession.empty()), group_by_overload_name=True)
     []
     """
     return key_averages(session.table, group_by_input_shape=group_by_input_shape,
                         group_by_stack_n=group_by_stack_n, stacks=session.stacks,
                         memory=session.event_memory, flops=session.flops,
-                        exclude=None if include_python_functions else python_function_rows(session))
+                        exclude=None if include_python_functions else python_function_rows(session),
+                        group_by_overload_name=group_by_overload_name)
 
 
 def python_function_rows(session) -> Optional[np.ndarray]:
@@ -168,25 +247,53 @@ def python_function_rows(session) -> Optional[np.ndarray]:
     return None if marks is None else np.asarray(marks, dtype=bool)
 
 
-def _string_groups(table: EventTable, rows_in: np.ndarray, base_key: np.ndarray,
-                   by_shape: bool, stack_n: int, stacks: Optional[Sequence]) -> np.ndarray:
-    """Group ids of the events ``rows_in`` (``base_key`` is already theirs)."""
+def event_key_averages(events: Sequence, *, group_by_input_shape: bool = False,
+                       group_by_stack_n: int = 0, group_by_overload_name: bool = False,
+                       include_python_functions: bool = False) -> List[FunctionEventAvg]:
+    """``key_averages`` of FunctionEvent (or FunctionEventAvg) objects, grouped as torch does.
+
+    The key is the event's key and whether it is a user annotation, then its overload
+    name, input shapes and top ``group_by_stack_n`` frames as asked. A row copies its
+    first event's key, shapes, stack, scope and overload name and sums the rest.
+    Events with ``is_python_function`` set are left out unless
+    ``include_python_functions``.
+
+    >>> from opscope.model.function_event import FunctionEvent
+    >>> events = [FunctionEvent(id=i, name="aten::add", thread=1, start_us=i, end_us=i + 2.0,
+    ...                         overload_name=o) for i, o in enumerate(["Tensor", "out", "Tensor"])]
+    >>> [(r.key, r.overload_name, r.count)
+    ...  for r in event_key_averages(events, group_by_overload_name=True)]
+    [('aten::add', 'Tensor', 2), ('aten::add', 'out', 1)]
+    """
+    events = [ev for ev in events
+              if include_python_functions or not getattr(ev, "is_python_function", False)]
+    if not events:
+        return []
     keys: Dict[tuple, int] = {}
-    out = np.empty(len(rows_in), dtype=np.int64)
-    base = base_key.tolist()
-    if by_shape:
-        sig, decoded = table.input_signatures()
-        shape_text = [str(rec.shapes) for rec in decoded] + ["[]"]
-        shape_of = [shape_text[k] for k in sig.tolist()]  # -1 picks "[]"
-    for k, i in enumerate(rows_in.tolist()):
-        parts: tuple = (base[k],)
-        if by_shape:
-            parts += (shape_of[i],)
-        if stack_n > 0:
-            frames = stacks[i] if stacks is not None and stacks[i] else []
-            parts += tuple(frames[:stack_n])
-        out[k] = keys.setdefault(parts, len(keys))
-    return out
+    base_key = np.fromiter((keys.setdefault((ev.key, getattr(ev, "is_user_annotation", False)),
+                                            len(keys)) for ev in events), np.int64, len(events))
+    groups = _grouped(base_key, [
+        [getattr(ev, "overload_name", "") for ev in events] if group_by_overload_name else None,
+        [str(ev.input_shapes) for ev in events] if group_by_input_shape else None,
+        [tuple(ev.stack[:group_by_stack_n]) for ev in events] if group_by_stack_n > 0 else None])
+    total = _float_sums(groups, [ev.cpu_time_total for ev in events])
+    self_total = _float_sums(groups, [ev.self_cpu_time_total for ev in events])
+    counts, cpu_mem, self_mem, flops = (_int_sums(groups, [getattr(ev, f) or 0 for ev in events])
+                                        for f in ("count", "cpu_memory_usage",
+                                                  "self_cpu_memory_usage", "flops"))
+    rows = []
+    for g, k in enumerate(groups.first.tolist()):
+        ev = events[k]
+        rows.append(FunctionEventAvg(
+            ev.key, count=counts[g], cpu_time_total=float(total[g]),
+            self_cpu_time_total=float(self_total[g]),
+            input_shapes=ev.input_shapes if group_by_input_shape else "",
+            stack=list(ev.stack[:group_by_stack_n]) if group_by_stack_n > 0 else [],
+            scope=ev.scope, cpu_memory_usage=cpu_mem[g], self_cpu_memory_usage=self_mem[g],
+            flops=flops[g], is_user_annotation=getattr(ev, "is_user_annotation", False),
+            overload_name=getattr(ev, "overload_name", "") if group_by_overload_name else "",
+            node_id=getattr(ev, "node_id", -1)))
+    return rows
 
 
 def total_average(rows: Sequence) -> FunctionEventAvg:

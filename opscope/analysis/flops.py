@@ -18,7 +18,9 @@ The matrix-product and convolution formulas are torch's own
 and ``linear`` go through the ``bmm``/``mm`` formulas. The attention formulas are
 opscope's (:func:`attention_flops`): they give torch 2.13+'s numbers on every torch,
 grouped-query shapes included. A counted op whose recorded shapes a formula rejects
-gets 0 and a RuntimeWarning that names it, never a silent 0.
+gets 0 and a RuntimeWarning that names it, never a silent 0. The formulas live in
+``flop_formulas.py`` (one section per family) and ``flop_attention.py``; this module
+puts their counts on a session's events.
 
 Each FLOP is counted once. A composite op records its kernel op inside it
 (``aten::linear`` holds ``aten::addmm``, ``aten::conv2d`` holds ``aten::convolution``
@@ -55,258 +57,25 @@ Example::
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
-from math import prod
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 from opscope.analysis.ancestry import has_marked_descendant, nearest_marked
+from opscope.analysis.flop_attention import (ATTENTION_KERNELS,  # noqa: F401
+                                             attention_backward_flops, attention_flops)
+from opscope.analysis.flop_formulas import (CONV_BACKWARD, COUNTED_OPS, FORMULAS,  # noqa: F401
+                                            convolution_backward_flops, recorded_output_mask)
 from opscope.model.events import EventTable
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, RecordedInputs
+from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 
 ELEMENTWISE_OPS = frozenset({"aten::add", "aten::mul"})
 EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX
-# Input types that are not tensors in RecordedInputs.types
-_NOT_TENSOR = frozenset({"", "Scalar", "ScalarList", "TensorList", "String"})
 # Ops allocating the gradients inside convolution_backward (see _conv_backward_mask)
 _GRAD_ALLOCATIONS = frozenset({"aten::resize_", "aten::as_strided_", "aten::empty_like"})
-
-Formula = Callable[[RecordedInputs], Optional[int]]
-
-
-def _torch_formula(packet: str):
-    """torch's registered FLOP formula for ``aten.<packet>`` (takes shapes)."""
-    import torch
-    from torch.utils.flop_counter import flop_registry
-
-    return flop_registry[getattr(torch.ops.aten, packet)]
-
-
-def _concrete(inputs: RecordedInputs, i: int):
-    """The recorded value of a non-tensor input (int, bool, int list), or None."""
-    if i >= len(inputs.concrete):
-        return None
-    text = inputs.concrete[i]
-    if text in ("True", "False"):
-        return text == "True"
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _is_tensor(inputs: RecordedInputs, i: int) -> bool:
-    return i < len(inputs.types) and inputs.types[i] not in _NOT_TENSOR
-
-
-def _shape(inputs: RecordedInputs, i: int) -> Optional[List[int]]:
-    return list(inputs.shapes[i]) if _is_tensor(inputs, i) else None
-
-
-def _per_dim(value, dims: int) -> Optional[List[int]]:
-    """A per-dimension int list (one value broadcast); None when not recorded as ints."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value] * dims
-    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return value * dims if len(value) == 1 else value
-    return None
-
-
-# -- matrix products ------------------------------------------------------------------
-def _product(name: str, rank: int, a: int, b: int) -> Formula:
-    """torch's ``name`` formula over inputs ``a`` and ``b``, both of ``rank`` dims
-    (``mm``: 2, ``bmm``: 3)."""
-    def formula(inputs: RecordedInputs) -> Optional[int]:
-        x, y = _shape(inputs, a), _shape(inputs, b)
-        if x is None or y is None or len(x) != rank or len(y) != rank:
-            return None
-        return _torch_formula(name)(x, y)
-    return formula
-
-
-def _matmul(inputs: RecordedInputs) -> Optional[int]:
-    """torch.matmul's shape rules (1-D first operand, broadcast batch) on the bmm formula.
-
-    A 1-D second operand makes torch run ``dot``/``mv``, which torch's registry
-    does not count; neither does this.
-    """
-    x, y = _shape(inputs, 0), _shape(inputs, 1)
-    if not x or not y or len(y) < 2:
-        return None
-    m, k = (1, x[0]) if len(x) == 1 else (x[-2], x[-1])
-    k2, n = y[-2], y[-1]
-    if k != k2:
-        return None
-    try:
-        batch = list(np.broadcast_shapes(tuple(x[:-2]), tuple(y[:-2])))
-    except ValueError:
-        return None
-    return _torch_formula("bmm")([prod(batch), m, k], [prod(batch), k, n])
-
-
-def _linear(inputs: RecordedInputs) -> Optional[int]:
-    x, w = _shape(inputs, 0), _shape(inputs, 1)
-    if not x or w is None or len(w) != 2 or x[-1] != w[1]:
-        return None
-    return _torch_formula("mm")([prod(x[:-1]), x[-1]], [w[1], w[0]])
-
-
-# -- convolutions -----------------------------------------------------------------------
-def _conv_flops(x, w, stride, padding, dilation, transposed) -> Optional[int]:
-    if x is None or w is None or len(x) < 3 or len(x) != len(w):
-        return None
-    dims = len(x) - 2
-    stride, padding, dilation = (_per_dim(v, dims) for v in (stride, padding, dilation))
-    if stride is None or padding is None or dilation is None:
-        return None  # e.g. padding="same" as a string: the inner convolution counts
-    out = None
-    if not transposed:  # the formula needs the output size only for a regular conv
-        spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in
-                   zip(x[2:], w[2:], stride, padding, dilation)]
-        out = [x[0], w[0]] + spatial
-    return _torch_formula("convolution")(x, w, None, stride, padding, dilation,
-                                         bool(transposed), out_val=out)
-
-
-def _conv_nd(transposed: bool) -> Formula:
-    # conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups);
-    # conv_transpose{1,2,3}d(input, weight, bias, stride, padding, output_padding, groups,
-    # dilation)
-    dilation_at = 7 if transposed else 5
-
-    def formula(inputs: RecordedInputs) -> Optional[int]:
-        return _conv_flops(_shape(inputs, 0), _shape(inputs, 1), _concrete(inputs, 3),
-                           _concrete(inputs, 4), _concrete(inputs, dilation_at), transposed)
-    return formula
-
-
-def _convolution(inputs: RecordedInputs) -> Optional[int]:
-    # convolution / _convolution(input, weight, bias, stride, padding, dilation, transposed, ...)
-    transposed = _concrete(inputs, 6)
-    if not isinstance(transposed, bool):
-        return None
-    return _conv_flops(_shape(inputs, 0), _shape(inputs, 1), _concrete(inputs, 3),
-                       _concrete(inputs, 4), _concrete(inputs, 5), transposed)
-
-
-def _convolution_backward(inputs: RecordedInputs, mask: Sequence[bool]) -> Optional[int]:
-    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
-    #  output_padding, groups, output_mask)
-    go, x, w = _shape(inputs, 0), _shape(inputs, 1), _shape(inputs, 2)
-    transposed = _concrete(inputs, 7)
-    if go is None or x is None or w is None or not isinstance(transposed, bool):
-        return None
-    args = [_concrete(inputs, i) for i in range(3, 10)]
-    return _torch_formula("convolution_backward")(go, x, w, *args[:4], transposed, *args[5:],
-                                                  list(mask), out_val=[x, w, None])
-
-
-def recorded_output_mask(inputs: RecordedInputs) -> Optional[List[bool]]:
-    """convolution_backward's ``output_mask`` when the collector recorded it, else None.
-
-    >>> recorded_output_mask(RecordedInputs([[]] * 11, [""] * 10 + ["ScalarList"],
-    ...                                     [[]] * 11, [""] * 10 + ["[0, 1, 1]"]))
-    [False, True, True]
-    """
-    mask = _concrete(inputs, 10)
-    if isinstance(mask, list) and len(mask) == 3:
-        return [bool(v) for v in mask]
-    return None
-
-
-# -- attention -----------------------------------------------------------------------------
-# opscope's own formulas, not torch's registry: torch 2.4 to 2.12 assert that the
-# query and key have as many heads, so a grouped-query call (``enable_gqa``, fewer key
-# and value heads) got no count. Every query head attends over the keys of its group,
-# so both formulas use the query's head count, as torch 2.13+ does.
-def _attention_dims(q, k, v) -> Optional[tuple]:
-    """(batch * query heads, s_q, s_k, d_qk, d_v) of a [b, h, s, d] attention, or None."""
-    if any(s is None or len(s) != 4 for s in (q, k, v)):
-        return None
-    (b, h_q, s_q, d_q), (b_k, h_k, s_k, d_k), (b_v, h_v, s_v, d_v) = q, k, v
-    if not (b == b_k == b_v and h_k == h_v and s_k == s_v and d_q == d_k):
-        raise ValueError(f"attention shapes do not fit: q={q} k={k} v={v}")
-    if h_k <= 0 or h_q % h_k != 0:
-        raise ValueError(f"query heads {h_q} are not a multiple of key heads {h_k}")
-    return b * h_q, s_q, s_k, d_q, d_v
-
-
-def attention_flops(q, k, v) -> Optional[int]:
-    """Forward FLOPs of ``softmax(q @ k^T) @ v`` on [batch, heads, seq, dim] shapes.
-
-    Two matrix products per query head: scores (s_q x d x s_k) and output
-    (s_q x s_k x d_v), 2 FLOPs per multiply-add. Key/value heads may be fewer than
-    query heads (grouped-query attention).
-
-    >>> attention_flops([2, 4, 6, 8], [2, 2, 7, 8], [2, 2, 7, 8])  # 2*8*6*7*(8+8)
-    10752
-    """
-    dims = _attention_dims(q, k, v)
-    if dims is None:
-        return None
-    bh, s_q, s_k, d_qk, d_v = dims
-    return 2 * bh * s_q * s_k * (d_qk + d_v)
-
-
-def attention_backward_flops(grad_out, q, k, v) -> Optional[int]:
-    """Backward FLOPs of attention: the scores recomputed, then the gradients of the
-    scores, of v, of q and of k: five products, three over d_qk and two over d_v.
-
-    >>> attention_backward_flops([2, 4, 6, 8], [2, 4, 6, 8], [2, 2, 7, 8], [2, 2, 7, 8])
-    26880
-    """
-    dims = _attention_dims(q, k, v)
-    if dims is None or grad_out is None or len(grad_out) != 4:
-        return None
-    bh, s_q, s_k, d_qk, d_v = dims
-    if list(grad_out) != [q[0], q[1], s_q, d_v]:
-        raise ValueError(f"attention gradient shape {grad_out} does not fit q={q} v={v}")
-    return 2 * bh * s_q * s_k * (3 * d_qk + 2 * d_v)
-
-
-def _attention(inputs: RecordedInputs) -> Optional[int]:
-    return attention_flops(*(_shape(inputs, i) for i in range(3)))
-
-
-def _attention_backward(inputs: RecordedInputs) -> Optional[int]:
-    return attention_backward_flops(*(_shape(inputs, i) for i in range(4)))
-
-
-def _elementwise(inputs: RecordedInputs) -> Optional[int]:
-    x = _shape(inputs, 0)
-    return None if x is None else prod(x)
-
-
-ATTENTION_KERNELS = ("_scaled_dot_product_flash_attention",
-                     "_scaled_dot_product_flash_attention_for_cpu",
-                     "_scaled_dot_product_efficient_attention",
-                     "_scaled_dot_product_cudnn_attention",
-                     "_scaled_dot_product_fused_attention_overrideable")
-
-FORMULAS: Dict[str, Formula] = {
-    "aten::mm": _product("mm", 2, 0, 1),
-    "aten::addmm": _product("mm", 2, 1, 2),
-    "aten::bmm": _product("bmm", 3, 0, 1),
-    "aten::baddbmm": _product("bmm", 3, 1, 2),
-    "aten::matmul": _matmul,
-    "aten::linear": _linear,
-    "aten::convolution": _convolution,
-    "aten::_convolution": _convolution,
-    **{f"aten::conv{d}d": _conv_nd(False) for d in (1, 2, 3)},
-    **{f"aten::conv_transpose{d}d": _conv_nd(True) for d in (1, 2, 3)},
-    "aten::scaled_dot_product_attention": _attention,
-    **{f"aten::{k}": _attention for k in ATTENTION_KERNELS},
-    **{f"aten::{k}_backward": _attention_backward for k in ATTENTION_KERNELS},
-    "aten::add": _elementwise,
-    "aten::mul": _elementwise,
-}
-CONV_BACKWARD = "aten::convolution_backward"
-COUNTED_OPS = frozenset(FORMULAS) | {CONV_BACKWARD}
-
 
 _FORMULA_ERRORS = (AssertionError, ValueError, TypeError, IndexError, ZeroDivisionError)
 
@@ -318,7 +87,7 @@ def _op_flops_or_raise(name: str, inputs: Optional[RecordedInputs],
         return None
     if name == CONV_BACKWARD:
         mask = recorded_output_mask(inputs) or output_mask or (True, True, True)
-        return _convolution_backward(inputs, mask)
+        return convolution_backward_flops(inputs, mask)
     return FORMULAS[name](inputs)
 
 
@@ -445,10 +214,12 @@ class FlopTotals:
 
     @property
     def total(self) -> int:
+        """Forward plus backward FLOPs."""
         return self.forward + self.backward
 
     @property
     def without_elementwise(self) -> int:
+        """The total less ``aten::add``/``aten::mul``: what FlopCounterMode counts."""
         return self.total - self.elementwise
 
 

@@ -5,6 +5,7 @@ It is built on first use and cached like the main observer (see
 
 Example::
 
+    >>> import torch
     >>> collector = NodeCollector.load()      # RuntimeError if it cannot be built
     >>> collector.register()
     >>> collector.enable(); _ = torch.ones(2) + 1; collector.disable()
@@ -53,9 +54,11 @@ class NodeCollector:
                 "process; call its unregister_callback() first (one per process)")
 
     def enable(self) -> None:
+        """Record ops from now on (the callback must be registered)."""
         self._ext.enable()
 
     def disable(self) -> None:
+        """Stop recording ops; what was recorded waits for ``take_nodes``."""
         self._ext.disable()
 
     def take_nodes(self) -> List[RawNode]:
@@ -67,4 +70,5 @@ class NodeCollector:
         self._ext.unregister_observer()
 
     def is_registered(self) -> bool:
+        """True while the callback is registered with RecordFunction."""
         return bool(self._ext.is_registered())

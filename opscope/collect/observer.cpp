@@ -2,7 +2,7 @@
 // fixed-size records into per-thread chunks. No Python object is created on
 // the hot path; Python decodes the chunks once, at stop.
 //
-// Layout of one record (48 bytes), mirrored by opscope/collect/raw.py:
+// Layout of one record (48 bytes), mirrored by opscope/model/records.py (RECORD_DTYPE):
 //   int64 start_ns, int64 end_ns, int64 seq_nr,
 //   int32 name_id, int32 thread_index, uint32 fwd_thread_id, uint32 rf_thread_id,
 //   uint32 shape_offset, uint8 scope, uint8 flags, uint16 pad
@@ -56,7 +56,7 @@ struct Record {
   uint8_t flags;
   uint16_t pad;
 };
-static_assert(sizeof(Record) == 48, "Record layout must match raw.py");
+static_assert(sizeof(Record) == 48, "Record layout must match model/records.py");
 
 // One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator.
 // Mirrored by MEMORY_DTYPE in opscope/model/records.py.
@@ -295,7 +295,7 @@ int32_t name_id(ThreadState& ts, const char* name) {
   return id;
 }
 
-// Input encoding, one entry per input, read by raw.py:decode_inputs.
+// Input encoding, one entry per input, read by model/records.py:decode_inputs.
 //   0: none/other   1: tensor [ndim, sizes..., strides..., dtype]
 //   2: int [value]  3: double [bits]  4: bool [value]
 //   5: tensor list [count]  6: int list [count, values...]  7: string

@@ -7,7 +7,7 @@ recorded as ``autograd::engine::evaluate_function: <Node>`` around ``<Node>``
 when the call returns.
 
 The mixin expects the recording to provide ``active``, ``intern(name)``,
-``buffer()``, ``join_thread()`` and ``_local`` (see python_collector.py).
+``buffer()``, ``join_thread()`` and ``_local`` (see python_recording.py).
 """
 
 from __future__ import annotations

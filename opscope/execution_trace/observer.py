@@ -2,12 +2,15 @@
 
 Example::
 
-    >>> import torch, opscope
-    >>> et = opscope.ExecutionTraceObserver().register_callback("et.json")
+    >>> import os, tempfile, torch, opscope
+    >>> path = os.path.join(tempfile.mkdtemp(), "et.json")
+    >>> et = opscope.ExecutionTraceObserver().register_callback(path)
     >>> et.start()
     >>> _ = torch.ones(4) + 1
     >>> et.stop()
     >>> et.unregister_callback()      # writes et.json (torch's ET schema)
+    >>> load_execution_trace(path)["schema"]
+    '1.1.1-chakra.0.0.4'
 """
 
 from __future__ import annotations
@@ -29,15 +32,18 @@ class ExecutionTraceObserver:
     ``opscope.profile(execution_trace_observer=...)``, it records exactly the
     profiler's active windows and is cleaned up when the profiler exits.
 
-    >>> import opscope
+    >>> import os, tempfile, torch, opscope
+    >>> path = os.path.join(tempfile.mkdtemp(), "et.json")
     >>> sched = opscope.schedule(wait=1, warmup=1, active=2)
-    >>> et = opscope.ExecutionTraceObserver().register_callback("et.json")
+    >>> et = opscope.ExecutionTraceObserver().register_callback(path)
     >>> with opscope.profile(schedule=sched, execution_trace_observer=et) as prof:
     ...     for _ in range(4):
-    ...         train_step()
+    ...         _ = torch.ones(2) + 1
     ...         prof.step()
-    >>> et.is_registered        # the profiler cleaned it up: et.json is written
+    >>> et.is_registered        # the profiler cleaned it up: the file is written
     False
+    >>> sorted({n["name"] for n in load_execution_trace(path)["nodes"]} & {"ProfilerStep#2"})
+    ['ProfilerStep#2']
     """
 
     def __init__(self) -> None:
@@ -170,7 +176,11 @@ def _finish_or_abandon(writer: Any) -> None:
 def load_execution_trace(path: str) -> dict:
     """Read an execution-trace JSON file (plain or ``.gz``) back into a dict.
 
-    >>> load_execution_trace("et.json")["schema"]
+    >>> import gzip, json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "et.json.gz")
+    >>> with gzip.open(path, "wt") as f:
+    ...     json.dump({"schema": "1.1.1-chakra.0.0.4", "nodes": []}, f)
+    >>> load_execution_trace(path)["schema"]
     '1.1.1-chakra.0.0.4'
     """
     import gzip

@@ -35,7 +35,7 @@ import os
 import stat
 import time
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator, List, TextIO, Tuple, Union
+from typing import BinaryIO, Iterator, List, Optional, TextIO, Tuple, Union
 
 from opscope.export.output_path import (OutputTarget, folder_problem, new_error, output_error,
                                         resolve_output)
@@ -225,16 +225,7 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
     """
     path = check_output_folder(path)
     target = resolve_output(path)
-    folder_fd, tmp = -1, None
-    if target.kind == "device":
-        fd = _open_in_place(target)
-    else:
-        folder_fd = _open_folder(target)
-        try:
-            fd, tmp = _create_temp(target, folder_fd)
-        except OSError as exc:
-            os.close(folder_fd)
-            raise output_error(exc, path) from exc
+    fd, folder_fd, tmp = _open_output(path, target)
     opened: List = []  # outermost last, for cleanup
     in_body = False  # an OSError from the caller's own code is not relabelled
     owner = os.getpid()  # a forked child must not touch the parent's unfinished file
@@ -270,24 +261,42 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
     except BaseException as exc:
         if os.getpid() != owner:
             tmp = None  # the parent's temp file: the parent finishes or removes it
-        if not opened:
-            _close_quietly(fd)
-        for stream in reversed(opened):
-            try:
-                stream.close()  # a second close of a closed stream does nothing
-            except Exception:  # the original error matters, not this one
-                pass
-        if tmp is not None:
-            try:
-                os.unlink(tmp, dir_fd=folder_fd)
-            except OSError:
-                pass
+        _discard(opened, fd, tmp, folder_fd)
         if isinstance(exc, OSError) and not in_body:
             raise output_error(exc, path) from exc
         raise
     finally:
         if folder_fd >= 0:
             os.close(folder_fd)
+
+
+def _open_output(path: str, target: OutputTarget) -> Tuple[int, int, Optional[str]]:
+    """(fd to write, folder fd or -1, temp file name or None) for ``target``."""
+    if target.kind == "device":
+        return _open_in_place(target), -1, None
+    folder_fd = _open_folder(target)
+    try:
+        fd, tmp = _create_temp(target, folder_fd)
+    except OSError as exc:
+        os.close(folder_fd)
+        raise output_error(exc, path) from exc
+    return fd, folder_fd, tmp
+
+
+def _discard(opened: List, fd: int, tmp: Optional[str], folder_fd: int) -> None:
+    """Close what was opened (or ``fd``) and remove the unfinished temp file, quietly."""
+    if not opened:
+        _close_quietly(fd)
+    for stream in reversed(opened):
+        try:
+            stream.close()  # a second close of a closed stream does nothing
+        except Exception:  # the original error matters, not this one
+            pass
+    if tmp is not None:
+        try:
+            os.unlink(tmp, dir_fd=folder_fd)
+        except OSError:
+            pass
 
 
 def _close_quietly(fd: int) -> None:

@@ -2,7 +2,8 @@
 
 ``format_table`` takes rows (``FunctionEventAvg`` or ``FunctionEvent``) and returns the
 table as one string, identical character for character to torch's, trailing spaces
-included. The unit formatters are public because other reports reuse them.
+included. The cells' units come from ``export/units.py`` and the argument checks from
+``export/table_arguments.py``; both are re-exported here for the other tables.
 
 Example::
 
@@ -20,151 +21,23 @@ Example::
 
 from __future__ import annotations
 
-import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from opscope.arguments import check_bool, check_choice, check_int, check_type
+from opscope.arguments import check_bool
+from opscope.export.table_arguments import (DEVICE_ALIASES, MIN_NAME_WIDTH,  # noqa: F401
+                                            TIME_UNITS, check_row_limit, check_sort_key,
+                                            check_table_arguments, check_time_unit,
+                                            check_width, valid_sort_keys)
+from opscope.export.units import (BYTES_PER_UNIT, FLOP_RATE_UNITS,  # noqa: F401
+                                  FLOPS_HEADERS, US_PER_UNIT, flop_rate, flops_scale,
+                                  format_memory, format_time, format_time_share)
+from opscope.export.units import row_value as _attr
 
-US_PER_UNIT = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}
-BYTES_PER_UNIT = (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024))
-FLOPS_HEADERS = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
-FLOP_RATE_UNITS = ("FLOP/s", "KFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s")
-DEVICE_ALIASES = ("cuda", "xpu", "privateuse1")
 # Device types whose own rows hold kernel time (torch counts only those in the total).
 DEVICE_KINDS = ("CUDA", "PrivateUse1", "MTIA", "XPU")
 TOP_LEVEL_NOTE = "This report only display top-level ops statistics"
 COLUMN_GAP = 2
 DEFAULT_WIDTH = 12
-TIME_UNITS = (None, "s", "ms", "us")
-# A name is cut to (width - 3) characters + "...": below 4 no character would be left.
-MIN_NAME_WIDTH = 4
-
-
-def valid_sort_keys() -> Tuple[str, ...]:
-    """Every ``sort_by`` value ``format_table`` accepts.
-
-    >>> "self_cpu_time_total" in valid_sort_keys(), "flops" in valid_sort_keys()
-    (True, True)
-    """
-    keys = []
-    for dev in ("cpu", "device") + DEVICE_ALIASES:
-        keys += [f"{dev}_time", f"{dev}_time_total", f"self_{dev}_time_total",
-                 f"{dev}_memory_usage", f"self_{dev}_memory_usage"]
-    return tuple(keys) + ("count", "flops")
-
-
-def format_time(time_us: float, unit: Optional[str] = None) -> str:
-    """Microseconds as text with 3 decimals, in ``unit`` or the largest unit reached.
-
-    >>> format_time(125.0444), format_time(1642.58), format_time(2.5e6), format_time(5.0, "ms")
-    ('125.044us', '1.643ms', '2.500s', '0.005ms')
-    """
-    if unit is None:
-        unit = "s" if time_us >= US_PER_UNIT["s"] else "ms" if time_us >= US_PER_UNIT["ms"] else "us"
-    if unit not in US_PER_UNIT:
-        raise ValueError(f"time_unit must be one of None, 's', 'ms', 'us'; got {unit!r}")
-    return f"{time_us / US_PER_UNIT[unit]:.3f}{unit}"
-
-
-def format_time_share(time_us: float, total_us: float) -> str:
-    """``time_us`` as a percentage of ``total_us``; ``"NaN"`` when the total is zero.
-
-    >>> format_time_share(125.044, 1972.525), format_time_share(-32.473, 1972.525)
-    ('6.34%', '-1.65%')
-    >>> format_time_share(0.0, 0.0)
-    'NaN'
-    """
-    if total_us == 0:
-        return "NaN"
-    return f"{time_us * 100.0 / total_us:.2f}%"
-
-
-def format_memory(nbytes: int) -> str:
-    """Bytes as text in base-1024 units, two decimals above 1 KB.
-
-    >>> format_memory(0), format_memory(-38440), format_memory(3 * 1024 ** 3)
-    ('0 B', '-37.54 KB', '3.00 GB')
-    """
-    for unit, size in BYTES_PER_UNIT:
-        if abs(nbytes) >= size:
-            return f"{nbytes * 1.0 / size:.2f} {unit}"
-    return f"{nbytes} B"
-
-
-def _attr(evt, name: str, default=0):
-    value = getattr(evt, name, default)
-    return default if value is None else value
-
-
-def check_sort_key(where: str, sort_by: Any, keys: Sequence[str], what: str) -> Optional[str]:
-    """``sort_by`` when it is None or one of ``keys``; else an error listing them.
-
-    >>> check_sort_key("table", "speed", ("count",), "a sortable attribute")
-    Traceback (most recent call last):
-    ...
-    ValueError: table: sort_by='speed' is not a sortable attribute; expected one of: count
-    """
-    if sort_by is None:
-        return None
-    check_type(where, "sort_by", sort_by, str, "a str or None")
-    if sort_by not in keys:
-        raise ValueError(f"{where}: sort_by={sort_by!r} is not {what}; "
-                         f"expected one of: {', '.join(keys)}")
-    return sort_by
-
-
-def check_width(where: str, name: str, value: Any, minimum: int = 1) -> Optional[int]:
-    """A column width: None (no limit) or an int >= ``minimum``.
-
-    >>> check_width("table", "max_name_column_width", -3, minimum=4)
-    Traceback (most recent call last):
-    ...
-    ValueError: table: max_name_column_width must be >= 4, got -3
-    """
-    return None if value is None else check_int(where, name, value, minimum=minimum)
-
-
-def check_row_limit(where: str, row_limit: Any) -> int:
-    """``row_limit`` as torch reads it: -1 shows every row, 0 none, n at most n.
-
-    >>> check_row_limit("table", -2)
-    Traceback (most recent call last):
-    ...
-    ValueError: table: row_limit must be >= -1, got -2
-    """
-    return check_int(where, "row_limit", row_limit, minimum=-1)
-
-
-def check_time_unit(where: str, time_unit: Any) -> Optional[str]:
-    """``time_unit``: None (each cell picks its unit) or one of 's', 'ms', 'us'."""
-    return check_choice(where, "time_unit", time_unit, TIME_UNITS)
-
-
-def check_table_arguments(*, sort_by=None, row_limit=100, max_src_column_width=75,
-                          max_name_column_width=55, max_shapes_column_width=80, header=None,
-                          top_level_events_only=False, time_unit=None,
-                          where: str = "table") -> None:
-    """Check the arguments of ``table()`` as torch names them; raise naming the bad one.
-
-    ``sort_by`` None or one of ``valid_sort_keys()``; ``row_limit`` an int >= -1;
-    widths None or ints (names need ``MIN_NAME_WIDTH``); ``header`` None or a str;
-    ``top_level_events_only`` a bool; ``time_unit`` one of ``TIME_UNITS``.
-
-    >>> check_table_arguments(row_limit=-1, sort_by="self_cpu_time_total", time_unit="ms")
-    >>> check_table_arguments(header=3)
-    Traceback (most recent call last):
-    ...
-    TypeError: table: header must be a str or None, got int 3
-    """
-    check_sort_key(where, sort_by, valid_sort_keys(), "a sortable attribute")
-    check_row_limit(where, row_limit)
-    check_width(where, "max_src_column_width", max_src_column_width)
-    check_width(where, "max_name_column_width", max_name_column_width, MIN_NAME_WIDTH)
-    check_width(where, "max_shapes_column_width", max_shapes_column_width)
-    if header is not None:
-        check_type(where, "header", header, str, "a str or None")
-    check_bool(where, "top_level_events_only", top_level_events_only)
-    check_time_unit(where, time_unit)
 
 
 def _sort_attribute(sort_by: str) -> str:
@@ -191,33 +64,6 @@ def _trim_path(path: str, width: int) -> str:
         if len(path) > 3:
             path = "..." + path[3:]
     return path
-
-
-def flops_scale(values, units: Sequence[str] = FLOPS_HEADERS) -> Optional[Tuple[float, str]]:
-    """(multiplier, unit) for FLOP counts, picked as torch does from the smallest positive.
-
-    >>> flops_scale([2_500, 5_000_000, 0])
-    (0.001, 'KFLOPs')
-    >>> flops_scale([3e9], FLOP_RATE_UNITS), flops_scale([0])
-    ((1e-09, 'GFLOP/s'), None)
-    """
-    positive = [v for v in values if v > 0]
-    if not positive:
-        return None
-    level = int(max(0.0, min(math.log10(min(positive)) / 3, len(units) - 1.0)))
-    return pow(10, level * -3.0), units[level]
-
-
-def flop_rate(evt) -> float:
-    """Achieved FLOP/s of a row: its FLOPs over its CPU total time (0 without either).
-
-    >>> from opscope.model.function_event import FunctionEventAvg
-    >>> flop_rate(FunctionEventAvg("aten::mm", cpu_time_total=2.0, flops=4_000))
-    2000000000.0
-    """
-    seconds = _attr(evt, "cpu_time_total") / US_PER_UNIT["s"]
-    count = _attr(evt, "flops")
-    return count / seconds if count > 0 and seconds > 0 else 0.0
 
 
 def _flops_scale(events) -> Optional[Tuple[float, str]]:
@@ -301,7 +147,37 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
                         ("with_overload_name", with_overload_name),
                         ("flop_rate_column", flop_rate_column)):
         check_bool("table", flag, value)
-    row_limit = int(row_limit)
+    events = _sorted_rows(events, sort_by)
+    if not events:
+        return ""
+    columns = _plan_columns(events, max_src_column_width, max_name_column_width,
+                            max_shapes_column_width, time_unit, profile_memory, with_flops,
+                            with_overload_name, flop_rate_column)
+    layout = _layout(columns)
+    lines = []
+    if header is not None:
+        lines += ["=" * layout.total_width(), header]
+    if top_level_events_only:
+        lines += ["=" * layout.total_width(), TOP_LEVEL_NOTE]
+    lines += [layout.rule(), layout.line(layout.titles), layout.rule()]
+    shown, row_limit = 0, int(row_limit)
+    for evt in events:
+        if shown == row_limit:
+            break
+        if top_level_events_only and getattr(evt, "cpu_parent", None) is not None:
+            continue
+        shown += 1
+        lines += _row_lines(evt, columns, layout)
+    lines.append(layout.rule())
+    lines.append(f"Self CPU time total: {format_time(columns.total_cpu, time_unit)}")
+    if columns.has_device_time:
+        lines.append(f"Self {columns.device} time total: "
+                     f"{format_time(columns.total_device, time_unit)}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _sorted_rows(events, sort_by: Optional[str]) -> list:
+    """The rows as a list, sorted descending by ``sort_by`` when it is given."""
     try:
         events = list(events)
     except TypeError:
@@ -310,118 +186,140 @@ def format_table(events, *, sort_by=None, row_limit=100, max_src_column_width=75
     if sort_by is not None:
         attribute = _sort_attribute(sort_by)
         events = sorted(events, key=lambda e: _attr(e, attribute), reverse=True)
-    if not events:
-        return ""
+    return events
 
+
+class _Columns(NamedTuple):
+    """Which optional columns the rows fill, their widths and scales, and the totals."""
+
+    device: str
+    has_device_time: bool
+    profile_memory: bool
+    device_memory: bool
+    show_overload: bool
+    show_node_id: bool
+    name_width: int
+    name_limit: Optional[int]
+    shapes_width: Optional[int]
+    src_width: Optional[int]  # None: no row has a stack
+    flops: Optional[Tuple[float, str]]
+    rates: Optional[Tuple[float, str]]
+    time_unit: Optional[str]
+    total_cpu: float
+    total_device: float
+
+
+def _plan_columns(events, max_src_column_width, max_name_column_width,
+                  max_shapes_column_width, time_unit, profile_memory, with_flops,
+                  with_overload_name, flop_rate_column) -> _Columns:
     use_device = getattr(events[0], "use_device", None)
     has_device_time = any(_attr(e, "self_device_time_total") > 0 for e in events)
-    has_device_mem = any(_attr(e, "self_device_memory_usage") > 0 for e in events)
     if has_device_time and not use_device:
         raise RuntimeError("rows carry device time but their use_device is None; "
                            "set use_device to the device name (e.g. 'cuda')")
-    show_overload = with_overload_name and any(_attr(e, "overload_name", "") for e in events)
-    show_shapes = any(e.input_shapes is not None and len(e.input_shapes) > 0 for e in events)
+    shapes_width = src_width = None
+    if any(e.input_shapes is not None and len(e.input_shapes) > 0 for e in events):
+        shapes_width = _cap(max(len(str(e.input_shapes)) for e in events) + 4,
+                            max_shapes_column_width)
     stacks = [e.stack for e in events if e.stack]
-    show_node_id = any(_attr(e, "node_id", -1) != -1 for e in events)
+    if stacks:
+        src_width = _cap(max(len(entry) for stack in stacks for entry in stack) + 4,
+                         max_src_column_width)
     flops = _flops_scale(events) if with_flops else None
     rates = flops_scale([flop_rate(e) for e in events], FLOP_RATE_UNITS) \
         if flops is not None and flop_rate_column else None
-    device = use_device.upper() if use_device else "None"
+    return _Columns(
+        device=use_device.upper() if use_device else "None",
+        has_device_time=has_device_time,
+        profile_memory=profile_memory,
+        device_memory=bool(profile_memory and use_device
+                           and any(_attr(e, "self_device_memory_usage") > 0 for e in events)),
+        show_overload=with_overload_name and any(_attr(e, "overload_name", "") for e in events),
+        show_node_id=any(_attr(e, "node_id", -1) != -1 for e in events),
+        name_width=_cap(max(len(str(e.key)) for e in events) + 4, max_name_column_width),
+        name_limit=max_name_column_width, shapes_width=shapes_width, src_width=src_width,
+        flops=flops, rates=rates, time_unit=time_unit,
+        total_cpu=sum(e.self_cpu_time_total for e in events),
+        total_device=sum(_attr(e, "self_device_time_total") for e in events
+                         if _counts_device_time(e)))
 
-    name_width = _cap(max(len(str(e.key)) for e in events) + 4, max_name_column_width)
+
+def _layout(columns: _Columns) -> _Layout:
     layout = _Layout()
-    layout.add("Name", name_width)
-    if show_overload:
-        layout.add("Overload Name", name_width)
+    layout.add("Name", columns.name_width)
+    if columns.show_overload:
+        layout.add("Overload Name", columns.name_width)
     for title in ("Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"):
         layout.add(title)
-    if has_device_time:
+    if columns.has_device_time:
         for title in ("Self {}", "Self {} %", "{} total", "{} time avg"):
-            layout.add(title.format(device))
-    if profile_memory:
+            layout.add(title.format(columns.device))
+    if columns.profile_memory:
         layout.add("CPU Mem")
         layout.add("Self CPU Mem")
-        if use_device and has_device_mem:
-            layout.add(f"{device} Mem")
-            layout.add(f"Self {device} Mem")
+        if columns.device_memory:
+            layout.add(f"{columns.device} Mem")
+            layout.add(f"Self {columns.device} Mem")
     layout.add("# of Calls")
-    if show_node_id:
+    if columns.show_node_id:
         layout.add("Node ID")
-    if rates is not None:
-        layout.add(rates[1])
-    if show_shapes:
-        shapes_width = max(len(str(e.input_shapes)) for e in events) + 4
-        shapes_width = _cap(shapes_width, max_shapes_column_width)
-        layout.add("Input Shapes", shapes_width)
-    if stacks:
-        src_width = max(len(entry) for stack in stacks for entry in stack) + 4
-        src_width = _cap(src_width, max_src_column_width)
-        layout.add("Source Location", src_width, "<")
-    if flops is not None:
-        layout.add(flops[1])
+    if columns.rates is not None:
+        layout.add(columns.rates[1])
+    if columns.shapes_width is not None:
+        layout.add("Input Shapes", columns.shapes_width)
+    if columns.src_width is not None:
+        layout.add("Source Location", columns.src_width, "<")
+    if columns.flops is not None:
+        layout.add(columns.flops[1])
+    return layout
 
-    total_cpu = sum(e.self_cpu_time_total for e in events)
-    total_device = sum(_attr(e, "self_device_time_total") for e in events
-                       if _counts_device_time(e))
-    lines = []
-    if header is not None:
-        lines += ["=" * layout.total_width(), header]
-    if top_level_events_only:
-        lines += ["=" * layout.total_width(), TOP_LEVEL_NOTE]
-    lines += [layout.rule(), layout.line(layout.titles), layout.rule()]
 
-    shown = 0
-    for evt in events:
-        if shown == row_limit:
-            break
-        if top_level_events_only and getattr(evt, "cpu_parent", None) is not None:
-            continue
-        shown += 1
-        cells = [_shorten_name(str(evt.key), max_name_column_width)]
-        if show_overload:
-            cells.append(_shorten_name(evt.overload_name or "", max_name_column_width))
-        cells += [
-            format_time_share(evt.self_cpu_time_total, total_cpu),
-            format_time(evt.self_cpu_time_total, time_unit),
-            0 if evt.is_async else format_time_share(evt.cpu_time_total, total_cpu),
-            format_time(evt.cpu_time_total, time_unit),
-            format_time(evt.cpu_time, time_unit),
-        ]
-        if has_device_time:
-            cells += [format_time(_attr(evt, "self_device_time_total"), time_unit),
-                      format_time_share(_attr(evt, "self_device_time_total"), total_device),
-                      format_time(_attr(evt, "device_time_total"), time_unit),
-                      format_time(_device_average(evt), time_unit)]
-        if profile_memory:
-            cells += [format_memory(evt.cpu_memory_usage),
-                      format_memory(evt.self_cpu_memory_usage)]
-            if use_device and has_device_mem:
-                cells += [format_memory(_attr(evt, "device_memory_usage")),
-                          format_memory(_attr(evt, "self_device_memory_usage"))]
-        cells.append(evt.count)
-        if show_node_id:
-            cells.append(evt.node_id)
-        if rates is not None:
-            rate = flop_rate(evt)
-            cells.append("--" if rate <= 0 else f"{rate * rates[0]:8.3f}")
-        if show_shapes:
-            cells.append(str(evt.input_shapes)[:shapes_width])
-        # torch fills the FLOPs cell before the source cell although the headers put
-        # "Source Location" first; keeping that order keeps its output byte-identical.
-        if flops is not None:
-            count = _attr(evt, "flops")
-            cells.append("--" if count <= 0 else f"{count * flops[0]:8.3f}")
-        if stacks:
-            cells.append(_trim_path(evt.stack[0], src_width) if evt.stack else "")
-        lines.append(layout.line(cells))
-        if stacks:
-            blanks = [""] * (len(layout.titles) - 1)
-            lines += [layout.line(blanks + [_trim_path(entry, src_width)])
-                      for entry in (evt.stack or [])[1:]]
-            lines.append(layout.line(blanks + [""]))
+def _time_cells(evt, columns: _Columns) -> list:
+    unit, total_cpu = columns.time_unit, columns.total_cpu
+    cells = [
+        format_time_share(evt.self_cpu_time_total, total_cpu),
+        format_time(evt.self_cpu_time_total, unit),
+        0 if evt.is_async else format_time_share(evt.cpu_time_total, total_cpu),
+        format_time(evt.cpu_time_total, unit),
+        format_time(evt.cpu_time, unit),
+    ]
+    if columns.has_device_time:
+        cells += [format_time(_attr(evt, "self_device_time_total"), unit),
+                  format_time_share(_attr(evt, "self_device_time_total"), columns.total_device),
+                  format_time(_attr(evt, "device_time_total"), unit),
+                  format_time(_device_average(evt), unit)]
+    if columns.profile_memory:
+        cells += [format_memory(evt.cpu_memory_usage), format_memory(evt.self_cpu_memory_usage)]
+        if columns.device_memory:
+            cells += [format_memory(_attr(evt, "device_memory_usage")),
+                      format_memory(_attr(evt, "self_device_memory_usage"))]
+    return cells
 
-    lines.append(layout.rule())
-    lines.append(f"Self CPU time total: {format_time(total_cpu, time_unit)}")
-    if has_device_time:
-        lines.append(f"Self {device} time total: {format_time(total_device, time_unit)}")
-    return "".join(line + "\n" for line in lines)
+
+def _row_lines(evt, columns: _Columns, layout: _Layout) -> List[str]:
+    """The row's line, then (with stacks) one line per further frame and a blank line."""
+    cells = [_shorten_name(str(evt.key), columns.name_limit)]
+    if columns.show_overload:
+        cells.append(_shorten_name(evt.overload_name or "", columns.name_limit))
+    cells += _time_cells(evt, columns)
+    cells.append(evt.count)
+    if columns.show_node_id:
+        cells.append(evt.node_id)
+    if columns.rates is not None:
+        rate = flop_rate(evt)
+        cells.append("--" if rate <= 0 else f"{rate * columns.rates[0]:8.3f}")
+    if columns.shapes_width is not None:
+        cells.append(str(evt.input_shapes)[:columns.shapes_width])
+    # torch fills the FLOPs cell before the source cell although the headers put
+    # "Source Location" first; keeping that order keeps its output byte-identical.
+    if columns.flops is not None:
+        count = _attr(evt, "flops")
+        cells.append("--" if count <= 0 else f"{count * columns.flops[0]:8.3f}")
+    width = columns.src_width
+    if width is None:
+        return [layout.line(cells)]
+    cells.append(_trim_path(evt.stack[0], width) if evt.stack else "")
+    blanks = [""] * (len(layout.titles) - 1)
+    return ([layout.line(cells)]
+            + [layout.line(blanks + [_trim_path(entry, width)]) for entry in (evt.stack or [])[1:]]
+            + [layout.line(blanks + [""])])

@@ -31,7 +31,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not os.path.isfile(script):
         print(f"opscope: error: argument SCRIPT: script {script!r} not found", file=sys.stderr)
         return 2
-    from opscope.cli.script import run_script
+    from opscope.script import run_script
     from opscope.on_demand import enable_on_demand
 
     try:
