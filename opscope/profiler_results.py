@@ -81,14 +81,12 @@ class ProfileResults:
             raise ValueError(f"{where}: group_by must be None or 'module', got {group_by!r}")
         if group_by is not None:
             return self._module_averages(group_by)
-        if group_by_overload_name:
-            return self.events().key_averages(group_by_input_shape, group_by_stack_n,
-                                              group_by_overload_name=True,
-                                              include_python_functions=include_python_functions)
         rows = session_key_averages(self.session, group_by_input_shape=group_by_input_shape,
                                     group_by_stack_n=group_by_stack_n,
+                                    group_by_overload_name=group_by_overload_name,
                                     include_python_functions=include_python_functions)
-        return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops)
+        return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops,
+                         with_overload_name=group_by_overload_name)
 
     def _module_averages(self, group_by: str) -> ModuleList:
         if group_by != "module":

@@ -30,7 +30,7 @@ def check_optional(name: str, value: Any, cls: type, expected: str) -> Any:
 
 def validate_json(key: str, value: str) -> str:
     """``value`` when it is JSON text: bad metadata fails where it is given, not at export."""
-    from opscope.export.chrome_trace import validate_metadata_json
+    from opscope.export.trace_header import validate_metadata_json
 
     validate_metadata_json(key, value)
     return value

@@ -8,10 +8,9 @@ import os
 
 import pytest
 
-from opscope.export import EXPORTERS, get_exporter
-from opscope.export.chrome_trace import (
-    forward_backward_links, trace_header, validate_metadata_json, write_chrome_trace,
-)
+from opscope.export import FORMATS, get_format
+from opscope.export.chrome_trace import forward_backward_links, write_chrome_trace
+from opscope.export.trace_header import trace_header, validate_metadata_json
 from synthetic import (
     CLOCK_BASE_NS, EPOCH_OFFSET_NS, SCOPE_BACKWARD_FUNCTION, SCOPE_USER, Op, TensorSpec,
     make_session,
@@ -324,12 +323,12 @@ def test_header_order_lets_metadata_override_a_flag(session):
 
 
 def test_registry(session, tmp_path):
-    assert get_exporter("chrome_trace").write is write_chrome_trace
-    assert EXPORTERS["chrome_trace"].suffix == ".json"
-    get_exporter("chrome_trace")(session, tmp_path / "r.json")
+    assert get_format("chrome_trace").write is write_chrome_trace
+    assert FORMATS["chrome_trace"].suffix == ".json"
+    get_format("chrome_trace")(session, tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text())["schemaVersion"] == 1
     with pytest.raises(ValueError, match="unknown export format 'html'.*chrome_trace.*stacks"):
-        get_exporter("html")
+        get_format("html")
 
 
 # What chrome://tracing (catapult) and Perfetto's JSON importer need. No offline

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from opscope.export import EXPORTERS, get_exporter
+from opscope.export import FORMATS, get_format
 from opscope.export.stacks import METRICS, collapsed_stacks, write_stacks
 from synthetic import SCOPE_USER, Op, make_session
 
@@ -113,6 +113,6 @@ def test_missing_folder_is_named_and_nothing_is_written(session, tmp_path):
 
 
 def test_registry_entry_writes_stacks(session, tmp_path):
-    assert EXPORTERS["stacks"].write is write_stacks
-    get_exporter("stacks")(session, tmp_path / "r.stacks", metric="self_cpu_time_total")
+    assert FORMATS["stacks"].write is write_stacks
+    get_format("stacks")(session, tmp_path / "r.stacks", metric="self_cpu_time_total")
     assert (tmp_path / "r.stacks").read_text() == EXPECTED

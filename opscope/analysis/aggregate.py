@@ -76,18 +76,6 @@ def display_names(table: EventTable) -> Tuple[np.ndarray, List[str]]:
     return ids, names
 
 
-def display_name_ids(table: EventTable) -> np.ndarray:
-    """Per-event id of the display name in ``table.symbols`` (step ranges share one id).
-
-    Unlike :func:`display_names`, this adds ``ProfilerStep*`` to the table's symbols
-    when steps need it; it stays only until ``report/operators.py`` reads
-    ``display_names`` instead.
-    """
-    if any(n.startswith(STEP_PREFIX) for n in table.symbols.names):
-        table.symbols.intern(STEP_WILDCARD)
-    return display_names(table)[0]
-
-
 def filtered_mask(table: EventTable) -> np.ndarray:
     """True for events that torch.profiler would show (not utility ops)."""
     ids = [table.symbols.id_of(n) for n in FILTERED_NAMES]
@@ -243,8 +231,8 @@ def python_function_rows(session) -> Optional[np.ndarray]:
     >>> python_function_rows(build_session(RawSession.empty())) is None
     True
     """
-    marks = getattr(session, "python_function_rows", None)
-    return None if marks is None else np.asarray(marks, dtype=bool)
+    marks = session.python_function_rows
+    return marks if marks.any() else None
 
 
 def event_key_averages(events: Sequence, *, group_by_input_shape: bool = False,

@@ -14,11 +14,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 
-from opscope.analysis.aggregate import display_name_ids
+from opscope.analysis.aggregate import display_names
 from opscope.model.events import EventTable
 from opscope.model.records import SCOPE_USER
 
@@ -31,20 +31,20 @@ def key_rows(table: EventTable) -> np.ndarray:
     """
     if len(table) == 0:
         return np.zeros(0, dtype=np.int64)
-    row_key = display_name_ids(table) * 2 + (table.scope == SCOPE_USER).astype(np.int64)
+    row_key = display_names(table)[0] * 2 + (table.scope == SCOPE_USER).astype(np.int64)
     _, first, group = np.unique(row_key, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return rank[group.reshape(-1)]
 
 
-def caller_names(table: EventTable) -> np.ndarray:
-    """Per event, the display-name id of its parent (-1 for a root)."""
+def caller_names(table: EventTable) -> Tuple[np.ndarray, List[str]]:
+    """Per event, the display-name id of its parent (-1 for a root), and the names."""
+    ids, names = display_names(table)
     if len(table) == 0:
-        return np.zeros(0, dtype=np.int64)
-    names = display_name_ids(table)
+        return np.zeros(0, dtype=np.int64), names
     parent = table.parent
-    return np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
+    return np.where(parent >= 0, ids[np.maximum(parent, 0)], -1), names
 
 
 def top_groups(event_row: np.ndarray, label: np.ndarray, weights: np.ndarray, n_rows: int,

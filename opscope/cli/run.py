@@ -26,7 +26,7 @@ from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_option
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
                                    start_profiler, warm_up_collector)
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
-from opscope.cli.script import run_script
+from opscope.script import run_script
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
 DESCRIPTION = """\

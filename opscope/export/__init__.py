@@ -1,18 +1,14 @@
 """Output formats: one module each, one entry each in ``FORMATS`` (``export/formats.py``).
 
-A format is written as ``FORMATS[name](session, path, **options)``, atomically.
-``EXPORTERS`` and ``get_exporter`` are the registry's older names.
+A format is written as ``FORMATS[name](session, path, **options)``, atomically,
+or picked by the path's extension with ``format_for_path``.
 
 Example::
 
-    >>> get_exporter("chrome_trace").suffix
+    >>> get_format("chrome_trace").extensions[0]
     '.json'
-    >>> sorted(EXPORTERS)
-    ['chrome_trace', 'memory_timeline', 'report', 'stacks']
-    >>> get_exporter("svg")
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown export format 'svg'; expected one of: chrome_trace, memory_timeline, report, stacks
+    >>> format_for_path("out.stacks").name
+    'stacks'
 """
 
 from __future__ import annotations
@@ -21,9 +17,5 @@ from opscope.export.chrome_trace import write_chrome_trace
 from opscope.export.formats import FORMATS, OutputFormat, format_for_path, get_format
 from opscope.export.stacks import write_stacks
 
-EXPORTERS = FORMATS
-Exporter = OutputFormat
-get_exporter = get_format
-
-__all__ = ["EXPORTERS", "Exporter", "FORMATS", "OutputFormat", "format_for_path",
-           "get_exporter", "get_format", "write_chrome_trace", "write_stacks"]
+__all__ = ["FORMATS", "OutputFormat", "format_for_path", "get_format", "write_chrome_trace",
+           "write_stacks"]

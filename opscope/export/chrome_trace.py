@@ -39,8 +39,7 @@ from opscope.analysis.modules import module_hierarchy
 from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
 from opscope.export.output_path import check_output_path
-from opscope.export.trace_header import (  # noqa: F401 (validate_metadata_json: profiler.py)
-    trace_header, trace_window, validate_metadata_json)
+from opscope.export.trace_header import trace_header, trace_window
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT

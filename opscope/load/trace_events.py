@@ -273,7 +273,7 @@ def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
     return out
 
 
-try:  # optional: ~10x faster keys than repr() on traces with many recorded inputs
+try:  # optional: faster keys than repr() on traces with many recorded inputs
     from orjson import dumps as _fast_dumps
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_dumps = None

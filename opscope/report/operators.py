@@ -79,9 +79,9 @@ def _caller_details(session: ProfileSession, event_row: np.ndarray, n_rows: int)
     table = session.table
     if len(table) == 0:
         return [[] for _ in range(n_rows)]
-    groups = top_groups(event_row, caller_names(table), table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
-    sym = table.symbols
-    return [[[sym[k], c, _round(w)] for k, c, w in g] for g in groups]
+    callers, names = caller_names(table)
+    groups = top_groups(event_row, callers, table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
+    return [[[names[k], c, _round(w)] for k, c, w in g] for g in groups]
 
 
 def _stack_details(session: ProfileSession, event_row: np.ndarray,
