@@ -15,14 +15,13 @@ from typing import List, Tuple
 
 import numpy as np
 
-from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.analysis.aggregate import key_averages
+from opscope.analysis.facts import step_ranges
 from opscope.analysis.memory_timeline import categorized_blocks, held_by_category
 from opscope.model.memory import CATEGORY_NAMES
 from opscope.model.records import SCOPE_USER
 from opscope.model.session import ProfileSession
 
-STEP_PREFIX = PROFILER_STEP_PREFIX
 
 
 @dataclass
@@ -52,11 +51,9 @@ def summarize_memory(session: ProfileSession, top: int = 10) -> MemorySummary:
     total = held.sum(axis=1) if len(times) else np.zeros(0, np.int64)
     out.peak = int(total.max(initial=0))
     table = session.table
-    names = table.symbols.names
-    for i in np.flatnonzero(table.scope == SCOPE_USER).tolist():
-        name = names[int(table.name_id[i])]
-        if not name.startswith(STEP_PREFIX) or len(times) == 0:
-            continue
+    steps = [i for i in step_ranges(session).tolist() if table.scope[i] == SCOPE_USER]
+    for i in steps if len(times) else []:
+        name = table.name(i)
         lo = max(int(np.searchsorted(times, table.start_ns[i], side="right")) - 1, 0)
         hi = int(np.searchsorted(times, table.end_ns[i], side="right"))
         k = lo + int(np.argmax(total[lo:hi])) if hi > lo else lo
