@@ -15,6 +15,7 @@ Everything is synthetic: no profiler runs and no time is measured.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,9 @@ def test_fixture_rows_sum_to_their_stated_total(name):
 
 # --- torch 2.13 reference tables, character for character --------------------------
 
-# (reference file, row fixture, format_table options). table_verbose_by_stack3 keeps
-# torch's quirk: the FLOPs value is printed under "Source Location".
+# (reference file, row fixture, format_table options). table_verbose_by_stack3 (stacks
+# and FLOPs) has torch's bug: the FLOPs value printed under "Source Location"; opscope
+# puts the FLOPs column before the source column instead (test below).
 REFERENCE_TABLES = [
     ("table_key_averages.txt", "rows_key_averages.json",
      dict(sort_by="self_cpu_time_total", row_limit=25)),
@@ -100,8 +102,6 @@ REFERENCE_TABLES = [
      dict(sort_by="cpu_time_total", row_limit=20)),
     ("table_events_toplevel.txt", "rows_by_input_shape.json",
      dict(sort_by="cpu_time_total", row_limit=20, top_level_events_only=True)),
-    ("table_verbose_by_stack3.txt", "rows_verbose_by_stack3.json",
-     dict(sort_by="self_cpu_time_total", row_limit=8)),
 ]
 
 
@@ -112,6 +112,33 @@ def test_reference_table_matches_torch(reference_name, fixture, options):
     _, rows = load_rows(fixture)
     text = format_table(rows, profile_memory=True, with_flops=True, **options)
     assert text == reference(reference_name)
+
+
+def _tail_cells(line: str, start: int) -> list:
+    return [c for c in re.split(r"\s{2,}", line[start:].strip()) if c]
+
+
+@needs_reference
+def test_stack_table_with_flops_fixes_torchs_swapped_columns():
+    """torch 2.13 titles "Source Location" before "Total MFLOPs" but fills the FLOPs cell
+    first, and its further frames land under the FLOPs title. opscope titles the FLOPs
+    column first and keeps the source column last; every other cell equals torch's."""
+    _, rows = load_rows("rows_verbose_by_stack3.json")
+    ours = format_table(rows, profile_memory=True, with_flops=True,
+                        sort_by="self_cpu_time_total", row_limit=8).split("\n")
+    torch_lines = reference("table_verbose_by_stack3.txt").split("\n")
+    assert len(ours) == len(torch_lines)
+    cut = torch_lines[1].index("# of Calls") + len("# of Calls")
+    assert _tail_cells(torch_lines[1], cut) == ["Source Location", "Total MFLOPs"]
+    assert _tail_cells(ours[1], cut) == ["Total MFLOPs", "Source Location"]
+    source_at = ours[1].index("Source Location")
+    for mine, theirs in zip(ours[3:], torch_lines[3:]):
+        assert mine[:cut] == theirs[:cut]
+        if not set(theirs.strip()) <= {"-", " "}:  # separator lines differ in order only
+            assert _tail_cells(mine, cut) == _tail_cells(theirs, cut)
+        frame = _tail_cells(mine, cut)
+        if mine[:cut].strip() == "" and frame:  # a further frame: under the source title
+            assert mine.index(frame[0]) == source_at
 
 
 @needs_reference

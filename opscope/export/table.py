@@ -267,10 +267,10 @@ def _layout(columns: _Columns) -> _Layout:
         layout.add(columns.rates[1])
     if columns.shapes_width is not None:
         layout.add("Input Shapes", columns.shapes_width)
-    if columns.src_width is not None:
-        layout.add("Source Location", columns.src_width, "<")
     if columns.flops is not None:
         layout.add(columns.flops[1])
+    if columns.src_width is not None:  # last, so a stack's further frames line up under it
+        layout.add("Source Location", columns.src_width, "<")
     return layout
 
 
@@ -310,8 +310,8 @@ def _row_lines(evt, columns: _Columns, layout: _Layout) -> List[str]:
         cells.append("--" if rate <= 0 else f"{rate * columns.rates[0]:8.3f}")
     if columns.shapes_width is not None:
         cells.append(str(evt.input_shapes)[:columns.shapes_width])
-    # torch fills the FLOPs cell before the source cell although the headers put
-    # "Source Location" first; keeping that order keeps its output byte-identical.
+    # torch 2.13 titles "Source Location" before the FLOPs column but fills the FLOPs
+    # cell first, so its titles and values are swapped; here both follow this order.
     if columns.flops is not None:
         count = _attr(evt, "flops")
         cells.append("--" if count <= 0 else f"{count * columns.flops[0]:8.3f}")
