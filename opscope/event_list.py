@@ -24,6 +24,7 @@ from opscope.model.function_event import FunctionEventAvg
 DATAFRAME_COLUMNS = (
     "key", "count", "self_cpu_time_total", "cpu_time_total", "cpu_time",
     "cpu_memory_usage", "self_cpu_memory_usage", "flops", "input_shapes",
+    "module_hierarchy",
 )
 
 

@@ -13,9 +13,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import List
+import ast
+from typing import Any, List, Optional
 
 from opscope.analysis.aggregate import display_name
+from opscope.analysis.modules import module_hierarchy
 from opscope.model.function_event import FunctionEvent
 from opscope.model.records import SCOPE_USER
 from opscope.model.session import ProfileSession
@@ -43,6 +45,8 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     parent = t.parent.tolist()
     sig, decoded = t.input_signatures() if with_shapes else (None, [])
     sig_l = sig.tolist() if sig is not None else []
+    values = [[concrete_value(text) for text in rec.concrete] for rec in decoded]
+    hierarchy = module_hierarchy(session) if session.modules else None
     zeros = [0] * len(t)
     mem = {k: v.tolist() for k, v in (session.event_memory or {}).items()}
     cpu_mem = mem.get("cpu_memory_usage", zeros)
@@ -55,7 +59,7 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
         shapes = dtypes = concrete = None
         if with_shapes and sig_l[i] >= 0:
             rec = decoded[sig_l[i]]
-            shapes, dtypes, concrete = rec.shapes, rec.types, rec.concrete
+            shapes, dtypes, concrete = rec.shapes, rec.types, list(values[sig_l[i]])
         out.append(FunctionEvent(
             id=i + 1,
             name=display_name(raw_name),
@@ -78,9 +82,30 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
             device_memory_usage=dev_mem[i],
             self_device_memory_usage=self_dev_mem[i],
             flops=flops[i] if flops is not None else None,
+            module_hierarchy=hierarchy[i] if hierarchy is not None else "",
         ))
     for i, p in enumerate(parent):
         if p >= 0:
             out[i].cpu_parent = out[p]
             out[p].cpu_children.append(out[i])
     return out
+
+
+def concrete_value(text: str) -> Optional[Any]:
+    """A recorded ``Concrete Inputs`` entry as torch's FunctionEvent gives it.
+
+    None for a tensor or an input without a value, else the bool, int, float
+    or int list.
+
+    >>> [concrete_value(t) for t in ("", "True", "7", "0.5", "[4, 1]", "mean")]
+    [None, True, 7, 0.5, [4, 1], 'mean']
+    """
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return value if isinstance(value, (int, float, list)) else text

@@ -65,7 +65,7 @@ class FunctionEvent(_CpuEventFields):
                  overload_name: str = "", is_user_annotation: bool = False,
                  cpu_memory_usage: int = 0, self_cpu_time_total: Optional[float] = None,
                  self_cpu_memory_usage: Optional[int] = None, device_memory_usage: int = 0,
-                 self_device_memory_usage: int = 0):
+                 self_device_memory_usage: int = 0, module_hierarchy: str = ""):
         self.id = id
         self.name = name
         self.key = name
@@ -98,6 +98,8 @@ class FunctionEvent(_CpuEventFields):
         self.device_index = 0
         self.device_resource_id = thread
         self.is_python_function = False
+        # the module that ran it, as the trace's "Module Hierarchy" (with_modules), or ''
+        self.module_hierarchy = module_hierarchy
         self._self_cpu_time_total = self_cpu_time_total
 
     def append_cpu_child(self, child: "FunctionEvent") -> None:
