@@ -121,6 +121,29 @@ def test_group_by_without_the_data_is_one_line_error(tmp_path, capsys, group_by,
 
 
 @pytest.mark.parametrize("args, words", [
+    (["--sort", "flops"], ["--sort", "no FLOPs", "--flops"]),
+    (["--sort", "self_cpu_memory_usage"], ["--sort", "no memory", "--memory"]),
+    (["--group-by", "module", "--sort", "flops"], ["--sort", "no FLOPs"]),
+])
+def test_sort_by_data_the_trace_lacks_is_one_line_error(profiled, capsys, args, words):
+    """The profiled trace has shapes and modules, but no FLOPs and no memory."""
+    _, path = profiled
+    code, out, err = run_cli(capsys, "table", path, *args)
+    assert out == ""
+    assert_usage_error(subprocess.CompletedProcess([], code, out, err), path, *words)
+
+
+def test_sort_by_flops_when_recorded(tmp_path, capsys):
+    step = mlp_step_fn()
+    with opscope.profile(with_flops=True) as prof:
+        step()
+    path = str(tmp_path / "flops.json")
+    prof.export_chrome_trace(path)
+    code, out, _ = run_cli(capsys, "table", path, "--sort", "flops")
+    assert code == 0 and "FLOPs" in out
+
+
+@pytest.mark.parametrize("args, words", [
     (["--group-by", "stack"], ["--group-by", "stack:N"]),
     (["--group-by", "stack:0"], ["--group-by"]),
     (["--sort", "fastest"], ["--sort", "fastest"]),

@@ -96,6 +96,22 @@ def check_group_data(session: ProfileSession, group_by: Optional[GroupBy], trace
                          f"with_modules=True)")
 
 
+def check_sort_data(session: ProfileSession, sort: Optional[str], trace: str) -> None:
+    """Raise :class:`UsageError` when ``sort`` is a column the trace has no data for.
+
+    Sorting by FLOPs or memory that were not recorded would order nothing and
+    say nothing; the table would look sorted when it is not.
+    """
+    if sort is None:
+        return
+    if "flops" in sort and session.flops is None:
+        raise UsageError(f"argument --sort: trace {trace!r} has no FLOPs to sort by "
+                         f"(record with --flops / with_flops=True)")
+    if "memory" in sort and session.event_memory is None:
+        raise UsageError(f"argument --sort: trace {trace!r} has no memory to sort by "
+                         f"(record with --memory / profile_memory=True)")
+
+
 def session_table(session: ProfileSession, *, sort: Optional[str] = None,
                   row_limit: int = DEFAULT_ROW_LIMIT, group_by: Optional[GroupBy] = None) -> str:
     """The table ``opscope table`` prints for ``session``.
@@ -142,6 +158,7 @@ def main(args: argparse.Namespace) -> int:
     check_sort(args.sort, args.group_by)
     session = load_trace(args.trace, args.max_trace_size)
     check_group_data(session, args.group_by, session.source_path)
+    check_sort_data(session, args.sort, session.source_path)
     if len(session.table) == 0:
         write_text(f"opscope: trace {session.source_path!r} has no CPU op events\n", sys.stderr)
         return 0
