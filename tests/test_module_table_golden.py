@@ -104,3 +104,12 @@ def test_module_table_with_memory_sorted_and_limited_golden():
 def test_bad_sort_key_names_the_choices():
     with pytest.raises(ValueError, match="sort_by='speed' is not a module table column"):
         format_module_table(module_rows(model_session()), sort_by="speed")
+
+
+def test_flops_scaled_from_the_largest_row():
+    """The root holds the model's total: it reads 6.624 GFLOPs, not 6624223.360 KFLOPs."""
+    rows = module_rows(model_session())
+    rows[0].flops = 6_624_223_360
+    text = format_module_table(rows, with_flops=True)
+    assert "Total GFLOPs" in text and "6.624" in text
+    assert "KFLOPs" not in text and "6624223.360" not in text

@@ -9,7 +9,7 @@ with columns in the style of torch.profiler's table::
 ``Forward`` and ``Backward`` include the children's time; ``Self`` is the module's
 forward + backward time minus its children's. ``Total %`` is a share of the roots'
 forward + backward time. FLOP columns appear with ``with_flops`` when a row has
-FLOPs (scaled as torch scales ``Total FLOPs``, from the smallest non-zero count);
+FLOPs (scaled from the largest count, so the model's total reads below 1000);
 memory columns when the rows carry memory.
 
 Example::
@@ -97,8 +97,10 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     order = _tree_order(rows, sort_by)
     labels = [INDENT * rows[i].depth + str(rows[i].key) for i in range(len(rows))]
     name_width = min(max(len(label) for label in labels) + 4, max_name_column_width)
-    flops = flops_scale([r.flops for r in rows]) if with_flops else None
-    rates = flops_scale([flop_rate(r) for r in rows], FLOP_RATE_UNITS) if flops else None
+    # from the largest, so the model's total reads as 6.624 GFLOPs, not 6624223.360 KFLOPs
+    flops = flops_scale([r.flops for r in rows], from_largest=True) if with_flops else None
+    rates = flops_scale([flop_rate(r) for r in rows], FLOP_RATE_UNITS,
+                        from_largest=True) if flops else None
     with_memory = any(r.cpu_memory_usage is not None for r in rows)
 
     titles = ["# of Calls", "Params", "Forward", "Backward", "Total", "Self", "Total %"]

@@ -67,18 +67,25 @@ def row_value(evt, name: str, default=0):
     return default if value is None else value
 
 
-def flops_scale(values, units: Sequence[str] = FLOPS_HEADERS) -> Optional[Tuple[float, str]]:
+def flops_scale(values, units: Sequence[str] = FLOPS_HEADERS, *,
+                from_largest: bool = False) -> Optional[Tuple[float, str]]:
     """(multiplier, unit) for FLOP counts, picked as torch does from the smallest positive.
+
+    ``from_largest`` picks it from the largest instead, so the largest value
+    reads below 1000 (opscope's module table, whose root holds the model's total).
 
     >>> flops_scale([2_500, 5_000_000, 0])
     (0.001, 'KFLOPs')
+    >>> flops_scale([2_500, 5_000_000, 0], from_largest=True)
+    (1e-06, 'MFLOPs')
     >>> flops_scale([3e9], FLOP_RATE_UNITS), flops_scale([0])
     ((1e-09, 'GFLOP/s'), None)
     """
     positive = [v for v in values if v > 0]
     if not positive:
         return None
-    level = int(max(0.0, min(math.log10(min(positive)) / 3, len(units) - 1.0)))
+    pick = max(positive) if from_largest else min(positive)
+    level = int(max(0.0, min(math.log10(pick) / 3, len(units) - 1.0)))
     return pow(10, level * -3.0), units[level]
 
 
