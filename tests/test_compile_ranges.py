@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -248,3 +249,38 @@ def test_torch_profiler_is_the_same_with_opscope_imported():
     without, with_opscope = (result.stdout.strip().splitlines()[-1] for result in tables)
     assert "fast range" in without
     assert with_opscope == without
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("make", [_TwoLayers, lambda: torch.nn.Sequential(
+    torch.nn.Linear(8, 8), torch.nn.ReLU())], ids=["custom", "sequential"])
+def test_with_modules_on_a_compiled_module(make):
+    """One range named as the compiled module, no OptimizedModule range, no warning about
+    global hooks, and the compiled graph is not broken by the hooks (dynamo traces them as
+    no-ops). Before, a custom module crashed dynamo with an AssertionError."""
+    from torch._dynamo.utils import counters
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor on CPU needs a C++ compiler (g++), none found")
+    model = torch.compile(make())
+    x = torch.randn(2, 8)
+    model(x)
+    counters.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with opscope.profile(with_modules=True) as prof:
+            model(x).sum().backward()
+    assert not [w for w in caught if "global hooks" in str(w.message)]
+    assert sorted(prof.session.modules) == [type(model._orig_mod).__name__]
+    assert not dict(counters["graph_break"])
+    assert "aten::addmm" in [row.key for row in prof.key_averages()]
+    assert not [f for f in warnings.filters if "global hooks" in str(f[1] and f[1].pattern)]

@@ -32,7 +32,8 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Tuple
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -41,6 +42,18 @@ from opscope.model.modules import ModuleCall, ModuleInfo
 
 # Set on our hook functions so tests can tell them from anyone else's.
 HOOK_MARKER = "_opscope_module_hook"
+# torch.compile'd modules warn on every call while any global module hook is set; our
+# hooks handle them (one range named as the compiled module), so the warning is noise.
+_COMPILE_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
+def _compiled_original(module) -> Optional[Any]:
+    """The module a ``torch.compile``'d module wraps (``OptimizedModule._orig_mod``), or None."""
+    original = getattr(module, "_orig_mod", None)
+    if original is None or not isinstance(original, torch.nn.Module):
+        return None
+    return original if type(module).__name__ == "OptimizedModule" else None
 
 
 def _sequence_nr() -> int:
@@ -91,14 +104,20 @@ class ModuleRanges:
             self._handles.append(nn_module.register_module_forward_pre_hook(self._pre_hook))
             self._handles.append(nn_module.register_module_forward_hook(
                 self._post_hook, always_call=True))
+            warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+            self._warning_filter = warnings.filters[0]
         except BaseException:
             self.uninstall()
             raise
 
     def uninstall(self) -> None:
-        """Remove both hooks (idempotent); forget the roots they saw."""
+        """Remove both hooks and our warning filter (idempotent); forget the roots they saw."""
         while self._handles:
             self._handles.pop().remove()
+        entry, self._warning_filter = getattr(self, "_warning_filter", None), None
+        if entry is not None and entry in warnings.filters:
+            warnings.filters.remove(entry)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
         self._paths.clear()
         self._params.clear()
 
@@ -121,8 +140,12 @@ class ModuleRanges:
         return stack
 
     def _pre_hook(self, module, args) -> None:
+        if _is_compiling():  # traced by torch.compile: record nothing, change no graph
+            return
         stack = self._stack()
-        info = self._info(module, stack)
+        if stack and _compiled_original(stack[-1].module) is module:
+            return  # the compiled module's own module: its range is already open
+        info = self._info(_compiled_original(module) or module, stack)
         call = ModuleCall(info.name, threading.get_native_id(), _sequence_nr())
         with self._lock:
             self._modules.setdefault(info.name, info)
@@ -131,6 +154,8 @@ class ModuleRanges:
         stack.append(_Frame(module, info, handle, call))
 
     def _post_hook(self, module, args, output) -> None:
+        if _is_compiling():
+            return
         stack = self._stack()
         for depth in range(len(stack) - 1, -1, -1):
             if stack[depth].module is module:
