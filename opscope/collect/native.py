@@ -21,6 +21,7 @@ import numpy as np
 from opscope.arguments import check_name
 from opscope.collect.native_build import load_native
 from opscope.collect.stack_frames import stack_table
+from opscope.collect.thread_names import ThreadNames
 from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSession
 
 
@@ -65,6 +66,7 @@ class NativeCollector:
         self._ext = ext
         self._start_ns = 0
         self._epoch_offset_ns = 0
+        self._thread_names = ThreadNames()
 
     @classmethod
     def load(cls) -> Optional["NativeCollector"]:
@@ -79,6 +81,7 @@ class NativeCollector:
         if with_stack:
             warn_stacks_off_once(self._ext)
         self._epoch_offset_ns = time.time_ns() - self.now_ns()
+        self._thread_names.start()
         self._ext.start(bool(record_shapes), bool(profile_memory), bool(with_stack))
         self._start_ns = self.now_ns()
 
@@ -107,6 +110,7 @@ class NativeCollector:
             epoch_offset_ns=self._epoch_offset_ns,
             collector=self.name,
             process_id=os.getpid(),
+            thread_names=self._thread_names.names(),
         )
 
     def is_recording(self) -> bool:

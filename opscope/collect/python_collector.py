@@ -92,6 +92,7 @@ from opscope.collect.python_inputs import int64_blob
 from opscope.collect.python_mode import OpMode as _OpMode
 from opscope.collect.python_recording import Recording
 from opscope.collect.python_rows import close_row, monotonic_ns
+from opscope.collect.thread_names import ThreadNames
 from opscope.model.records import FLAG_UNFINISHED, NO_STACK, RawSession, records_from_rows
 
 
@@ -140,6 +141,8 @@ class PythonCollector:
                 pass  # the install error is the one to report
             raise
         self._epoch_offset_ns = time.time_ns() - monotonic_ns()
+        self._thread_names = ThreadNames()
+        self._thread_names.start()
         self._start_ns = monotonic_ns()
         rec.active = True
         self._rec = rec
@@ -177,6 +180,7 @@ class PythonCollector:
             process_id=os.getpid(),
             stack_ids=np.asarray(stack_ids, dtype=np.int64) if rec.with_stack else None,
             stack_table=rec.stack_table() if rec.with_stack else None,
+            thread_names=self._thread_names.names(),
         )
 
     def forget_after_fork(self) -> None:

@@ -138,9 +138,10 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
     out.line(meta % ("process_sort_index", start_us, pid, 0, "sort_index", pid))
     if len(table):
         uniq, first_row = np.unique(table.os_tid, return_index=True)
+        names = session.thread_names  # Python's own names ("MainThread") where known
         for tid in uniq[np.argsort(first_row)].tolist():
             out.line(meta % ("thread_name", start_us, pid, tid, "name",
-                             json.dumps(f"thread {tid} (python)")))
+                             json.dumps(names.get(tid) or f"thread {tid} (python)")))
             out.line(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
 
     ts_ns = table.start_ns + shift
