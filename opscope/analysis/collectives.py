@@ -89,7 +89,7 @@ def input_bytes(inputs: Optional[RecordedInputs]) -> Optional[int]:
     total, known = 0, False
     for shape, dtype in zip(inputs.shapes, inputs.types):
         size = DTYPE_BYTES.get(dtype)
-        if size is None or not isinstance(shape, list) or not shape:
+        if size is None or not isinstance(shape, list):  # [] is a 0-dim tensor
             continue
         count = 1
         for dim in shape:
