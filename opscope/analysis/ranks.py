@@ -20,17 +20,22 @@ torch.distributed job (opscope's or torch.profiler's, see
   arrival minus the median arrival of the others, when that is at least
   ``min_lateness_ms``, the collective's transfer time and 5% of the median
   step time (of ranks with more than one step): smaller gaps are scheduling
-  noise, and would dilute the mean of a rank that is late by a lot. A rank that sleeps S before each step's
-  backward is late by about S at each gradient allreduce. Stragglers are
-  listed by total lateness, the latest first.
+  noise, and would dilute the mean of a rank that is late by a lot. A rank
+  that sleeps S before each step's backward is late by about S at each
+  gradient allreduce. Stragglers are listed by total lateness, the latest
+  first. (The median of the others, not the second-to-last arrival: one
+  other slow rank then does not hide the straggler's lateness.)
 - **Desync.** The first (group, sequence number) where the ranks issued
   collectives of different kinds or sizes, or some ranks none.
 
 Example::
 
     >>> from opscope.analysis.collectives import CollectiveCall as C
-    >>> a = RankFacts(0, steps=1, step_ns=10**9, calls=[C("allreduce", 64, 0, 5 * 10**8, 5 * 10**8)])
-    >>> b = RankFacts(1, steps=1, step_ns=10**9, calls=[C("allreduce", 64, 4 * 10**8, 5 * 10**8, 10**8)])
+    >>> ms = 10 ** 6  # a: arrives at 0 ms, done at 500; b: arrives at 400, done at 500
+    >>> a = RankFacts(0, steps=1, step_ns=1000 * ms,
+    ...               calls=[C("allreduce", 64, 0, 500 * ms, 500 * ms)])
+    >>> b = RankFacts(1, steps=1, step_ns=1000 * ms,
+    ...               calls=[C("allreduce", 64, 400 * ms, 500 * ms, 100 * ms)])
     >>> result = analyse_ranks([a, b])
     >>> [(s.rank, s.late_count, s.mean_lateness_ms) for s in result.stragglers]
     [(1, 1, 400.0)]
