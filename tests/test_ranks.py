@@ -296,3 +296,36 @@ def test_synthetic_point_to_point_is_not_matched_and_noise_names_no_straggler():
     assert result.desync == [] and result.stragglers == []
     ranks = result.collectives[0].ranks
     assert (ranks[0].wait_ms, ranks[0].transfer_ms, ranks[1].wait_ms) == (1.0, 1.0, 0.0)
+
+
+def test_clock_offset_moves_a_rank_in_the_analysis_and_the_merge(two_ranks, tmp_path, capsys):
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    for r in (0, 1):
+        doc = json.loads((two_ranks / f"train.rank{r}.pt.trace.json").read_text())
+        if r == 1:
+            doc["opscopeClockOffsetNs"] = 10 ** 9  # rank 1's clock is 1 s behind rank 0's
+        (shifted / f"train.rank{r}.pt.trace.json").write_text(json.dumps(doc))
+    before, after = ranks_json(two_ranks, capsys), ranks_json(shifted, capsys)
+    for old, new in zip(before["collectives"], after["collectives"]):
+        gap = [c["ranks"]["1"]["start_ms"] - c["ranks"]["0"]["start_ms"] for c in (old, new)]
+        assert abs(gap[1] - gap[0] - 1000) < 0.01, gap
+    with pytest.raises(SystemExit):
+        cli_main(["merge", str(shifted), "-o", str(tmp_path / "a.json")])
+    with pytest.raises(SystemExit):
+        cli_main(["merge", str(two_ranks), "-o", str(tmp_path / "b.json")])
+
+    def first_allreduce(path, pid):
+        return min(e["ts"] for e in x_events(path)
+                   if e["pid"] == pid and e["name"] == "gloo:all_reduce")
+
+    gaps = [first_allreduce(tmp_path / n, 1) - first_allreduce(tmp_path / n, 0)
+            for n in ("b.json", "a.json")]
+    assert abs(gaps[1] - gaps[0] - 10 ** 6) < 0.01, gaps
+
+
+def test_a_rank_without_a_trace_is_named(two_ranks, tmp_path, capsys):
+    doc = json.loads((two_ranks / "train.rank0.pt.trace.json").read_text())
+    doc["distributedInfo"]["world_size"] = 3
+    (tmp_path / "train.rank0.pt.trace.json").write_text(json.dumps(doc))
+    assert ranks_json(tmp_path, capsys)["missing_ranks"] == [1, 2]

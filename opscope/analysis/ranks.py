@@ -136,6 +136,7 @@ class RanksAnalysis:
     collectives: List[MatchedCollective]
     stragglers: List[Straggler]
     desync: List[Desync]
+    missing_ranks: List[int] = field(default_factory=list)  # below world_size, no trace
 
     def to_json(self) -> Dict[str, Any]:
         """Plain JSON types; rank keys of per-rank maps are strings, as JSON needs.
@@ -155,7 +156,8 @@ class RanksAnalysis:
                    "call_sites": keyed(d.call_sites)} for d in self.desync]
         return {"world_size": self.world_size, "ranks": [asdict(r) for r in self.ranks],
                 "collectives": collectives,
-                "stragglers": [asdict(s) for s in self.stragglers], "desync": desync}
+                "stragglers": [asdict(s) for s in self.stragglers], "desync": desync,
+                "missing_ranks": list(self.missing_ranks)}
 
 
 def _sequences(facts: Sequence[RankFacts]) -> Dict[str, Dict[int, List[CollectiveCall]]]:
@@ -239,4 +241,6 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     world = max(sizes + [max((f.rank for f in facts), default=-1) + 1])
     stepped = [r.mean_step_ms for r in ranks if r.steps > 1]
     floor = max(min_lateness_ms, STEP_FRACTION * statistics.median(stepped) if stepped else 0)
-    return RanksAnalysis(world, ranks, collectives, _stragglers(collectives, floor), desync)
+    found = {f.rank for f in facts}
+    return RanksAnalysis(world, ranks, collectives, _stragglers(collectives, floor), desync,
+                         [r for r in range(world) if r not in found])

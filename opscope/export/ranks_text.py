@@ -71,6 +71,8 @@ def _collective_lines(collectives: List[MatchedCollective], limit: int) -> List[
 def format_ranks(analysis: RanksAnalysis, *, limit: int = DEFAULT_COLLECTIVE_LIMIT) -> str:
     """The report as text; ``limit`` collectives (those with the longest wait, -1: all)."""
     lines = [f"World size {analysis.world_size}", ""]
+    if analysis.missing_ranks:
+        lines[-1:-1] = [f"No trace of rank {', '.join(map(str, analysis.missing_ranks))}"]
     lines += _columns(
         ("rank", "steps", "mean step ms", "compute ms", "comm ms", "wait ms", "overlap ms",
          "collectives"),
