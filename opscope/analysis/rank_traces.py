@@ -49,7 +49,13 @@ class RankTraceError(ValueError):
 
 @dataclass
 class RankFacts:
-    """What one rank's traces say, reduced: steps, times (ns) and its collectives in order."""
+    """What one rank's traces say, reduced: steps, times (ns) and its collectives in order.
+
+    >>> facts = RankFacts(3, ["a.json"], steps=2, step_ns=10)
+    >>> facts.add(RankFacts(3, ["b.json"], steps=1, step_ns=6))
+    >>> facts.paths, facts.steps, facts.step_ns
+    (['a.json', 'b.json'], 3, 16)
+    """
 
     rank: int
     paths: List[str] = field(default_factory=list)
@@ -119,7 +125,16 @@ def _distributed_info(session: ProfileSession) -> Dict:
 
 
 def session_rank(session: ProfileSession, path: str) -> Optional[int]:
-    """``distributedInfo.rank`` of the session, else the file name's ``rank<R>``, else None."""
+    """``distributedInfo.rank`` of the session, else the file name's ``rank<R>``, else None.
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> session_rank(s, "x.rank2.json"), s.metadata.update(distributedInfo='{"rank": 5}')
+    (2, None)
+    >>> session_rank(s, "x.rank2.json"), clock_offset_ns(s)
+    (5, 0)
+    """
     rank = _distributed_info(session).get("rank")
     if type(rank) is int and rank >= 0:
         return rank
@@ -127,7 +142,15 @@ def session_rank(session: ProfileSession, path: str) -> Optional[int]:
 
 
 def clock_offset_ns(session: ProfileSession) -> int:
-    """The trace's ``opscopeClockOffsetNs`` (an int), 0 when absent or not an integer."""
+    """The trace's ``opscopeClockOffsetNs`` (an int), 0 when absent or not an integer.
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> s.metadata[CLOCK_OFFSET_KEY] = "-1500"
+    >>> clock_offset_ns(s)
+    -1500
+    """
     value = _json_meta(session, CLOCK_OFFSET_KEY)
     return value if type(value) is int else 0
 

@@ -219,6 +219,9 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
 
     ``facts`` is what :func:`load_ranks` returns (one entry per rank).
     Times in the result are ms; arrivals count from the job's first event.
+
+    >>> analyse_ranks([RankFacts(0, world_size=2)]).missing_ranks
+    [1]
     """
     starts = [f.start_ns for f in facts if f.start_ns is not None]
     origin = min(starts) if starts else 0
