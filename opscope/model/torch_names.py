@@ -19,3 +19,29 @@ AUTOGRAD_ENGINE_PREFIX = "autograd::engine::"  # ranges the autograd engine reco
 # autograd's wrapper around each backward node: "<prefix><NodeName>"
 EVALUATE_FUNCTION = AUTOGRAD_ENGINE_PREFIX + "evaluate_function"
 EVALUATE_FUNCTION_PREFIX = EVALUATE_FUNCTION + ": "
+
+# torch.distributed. The trace metadata key of a rank's process-group facts
+# ({"backend", "rank", "world_size", "pg_config": [{"pg_name", "ranks", ...}]}).
+DISTRIBUTED_INFO_KEY = "distributedInfo"
+# opscope's own metadata key: ns to ADD to this rank's Unix times to get rank 0's clock
+CLOCK_OFFSET_KEY = "opscopeClockOffsetNs"
+# Collectives as each layer names them. The calling thread's dispatcher op
+# ("c10d::allreduce_", timing only the enqueue of an async op), the backend's
+# range spanning the real work ("gloo:all_reduce" on gloo's worker thread,
+# "nccl:all_reduce"), NCCL's device kernel ("ncclDevKernel_AllReduce_RING_LL")
+# and the ``record_param_comms`` range that carries its name in args.
+C10D_PREFIX = "c10d::"
+COLLECTIVE_RANGE_PREFIXES = ("gloo:", "nccl:")
+NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
+RECORD_PARAM_COMMS = "record_param_comms"
+# A collective's name with the layer prefix, underscores, "base", "coalesced" and
+# "into_tensor" taken out and lower-cased -> the kind opscope reports.
+COLLECTIVE_KINDS = {
+    "allreduce": "allreduce", "sparseallreduce": "allreduce", "broadcast": "broadcast",
+    "allgather": "allgather", "reducescatter": "reduce_scatter", "alltoall": "alltoall",
+    "barrier": "barrier", "monitoredbarrier": "barrier", "reduce": "reduce",
+    "gather": "gather", "scatter": "scatter", "send": "send", "recv": "recv",
+    "recvanysource": "recv", "sendrecv": "sendrecv",
+}
+POINT_TO_POINT_KINDS = frozenset({"send", "recv", "sendrecv"})
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"   # torch's range around each optimizer.step()

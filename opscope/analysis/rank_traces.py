@@ -1,0 +1,254 @@
+"""Per-rank traces of a torch.distributed job, each reduced to the facts ``analyse_ranks`` needs.
+
+``load_ranks(folder_or_paths)`` reads every ``.json``/``.json.gz`` trace of a
+folder (or the paths given), opscope's or torch.profiler's. A trace's rank is
+``distributedInfo.rank`` in its metadata, else the ``rank<R>`` in its file name
+(``train.rank3.pt.trace.json``); a trace with neither is not a rank's and is
+skipped. A rank with several traces (one per schedule window or step) is all
+of them, in time order: their steps, times and collectives add up, so the
+per-group collective ordinals continue across windows (every rank records the
+same steps with a schedule).
+
+Each trace is loaded, reduced to a :class:`RankFacts` and dropped before the
+next one is read, so memory holds one trace at a time. Times are aligned Unix
+ns: the session's time plus the trace's ``opscopeClockOffsetNs`` (0 when
+absent: ranks on one host share a clock).
+
+Example::
+
+    >>> rank_from_name("out/train.rank12.step3.pt.trace.json"), rank_from_name("t.json")
+    (12, None)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
+from opscope.analysis.intervals import difference, intersection, total, union
+from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
+from opscope.model.session import ProfileSession
+from opscope.model.torch_names import (C10D_PREFIX, CLOCK_OFFSET_KEY, COLLECTIVE_RANGE_PREFIXES,
+                                       DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
+                                       PROFILER_STEP_PREFIX)
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+DEFAULT_GROUP = "0"  # torch's name of the default process group
+_RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[_-]?(\d+)(?=[._-]|$)")
+
+
+class RankTraceError(ValueError):
+    """A folder or path list without rank traces, or a rank's traces that disagree."""
+
+
+@dataclass
+class RankFacts:
+    """What one rank's traces say, reduced: steps, times (ns) and its collectives in order.
+
+    >>> facts = RankFacts(3, ["a.json"], steps=2, step_ns=10)
+    >>> facts.add(RankFacts(3, ["b.json"], steps=1, step_ns=6))
+    >>> facts.paths, facts.steps, facts.step_ns
+    (['a.json', 'b.json'], 3, 16)
+    """
+
+    rank: int
+    paths: List[str] = field(default_factory=list)
+    world_size: Optional[int] = None
+    group: str = DEFAULT_GROUP  # the process group its collectives are matched in
+    steps: int = 0
+    step_ns: int = 0  # the steps' durations, summed
+    compute_ns: int = 0
+    comm_ns: int = 0
+    overlap_ns: int = 0  # compute while a collective is in flight
+    start_ns: Optional[int] = None  # first and last event, aligned Unix ns
+    end_ns: Optional[int] = None
+    calls: List[CollectiveCall] = field(default_factory=list)
+
+    def add(self, other: "RankFacts") -> None:
+        """Append a later window of the same rank."""
+        self.paths += other.paths
+        self.world_size = self.world_size or other.world_size
+        for name in ("steps", "step_ns", "compute_ns", "comm_ns", "overlap_ns"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        starts = [t for t in (self.start_ns, other.start_ns) if t is not None]
+        ends = [t for t in (self.end_ns, other.end_ns) if t is not None]
+        self.start_ns = min(starts) if starts else None
+        self.end_ns = max(ends) if ends else None
+        self.calls = sorted(self.calls + other.calls, key=lambda c: c.arrival_ns)
+
+
+def rank_from_name(path: str) -> Optional[int]:
+    """The R of a ``rank<R>`` in the file name, or None."""
+    match = _RANK_IN_NAME.search(os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
+def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) -> List[str]:
+    """The trace files of a folder (sorted), or the paths given; raises RankTraceError.
+
+    >>> trace_paths("/no/such/folder")
+    Traceback (most recent call last):
+    ...
+    opscope.analysis.rank_traces.RankTraceError: '/no/such/folder': no such file or folder
+    """
+    if isinstance(folder_or_paths, (str, os.PathLike)):
+        folder = os.fspath(folder_or_paths)
+        if os.path.isfile(folder):
+            return [folder]
+        if not os.path.isdir(folder):
+            raise RankTraceError(f"{folder!r}: no such file or folder")
+        paths = sorted(os.path.join(folder, name) for name in os.listdir(folder)
+                       if name.endswith(TRACE_SUFFIXES) and not name.startswith("."))
+        if not paths:
+            raise RankTraceError(f"folder {folder!r} has no .json or .json.gz traces")
+        return paths
+    return [os.fspath(p) for p in folder_or_paths]
+
+
+def _json_meta(session: ProfileSession, key: str):
+    text = session.metadata.get(key)
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _distributed_info(session: ProfileSession) -> Dict:
+    info = _json_meta(session, DISTRIBUTED_INFO_KEY)
+    return info if isinstance(info, dict) else {}
+
+
+def session_rank(session: ProfileSession, path: str) -> Optional[int]:
+    """``distributedInfo.rank`` of the session, else the file name's ``rank<R>``, else None.
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> session_rank(s, "x.rank2.json"), s.metadata.update(distributedInfo='{"rank": 5}')
+    (2, None)
+    >>> session_rank(s, "x.rank2.json"), clock_offset_ns(s)
+    (5, 0)
+    """
+    rank = _distributed_info(session).get("rank")
+    if type(rank) is int and rank >= 0:
+        return rank
+    return rank_from_name(path)
+
+
+def clock_offset_ns(session: ProfileSession) -> int:
+    """The trace's ``opscopeClockOffsetNs`` (an int), 0 when absent or not an integer.
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> s = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> s.metadata[CLOCK_OFFSET_KEY] = "-1500"
+    >>> clock_offset_ns(s)
+    -1500
+    """
+    value = _json_meta(session, CLOCK_OFFSET_KEY)
+    return value if type(value) is int else 0
+
+
+def _steps(session: ProfileSession, names: List[str]) -> Tuple[int, int]:
+    """(steps, summed step ns): ProfilerStep ranges, else optimizer steps, else the window."""
+    table = session.table
+    if len(table) == 0:
+        return 0, 0
+    for prefix in (PROFILER_STEP_PREFIX, OPTIMIZER_STEP_PREFIX):
+        ids = [i for i, n in enumerate(names) if n.startswith(prefix)]
+        rows = np.flatnonzero(np.isin(table.name_id, ids)) if ids else []
+        if len(rows) and prefix == PROFILER_STEP_PREFIX:
+            return len(rows), int((table.end_ns[rows] - table.start_ns[rows]).sum())
+        if len(rows):  # optimizer steps: from the first event to the last step's end
+            return len(rows), int(table.end_ns[rows].max() - table.start_ns.min())
+    return 1, int(table.end_ns.max() - table.start_ns.min())
+
+
+def _times(session: ProfileSession, names: List[str], calls: List[CollectiveCall],
+           shift: int) -> Tuple[int, int, int]:
+    """(compute, communication, overlap) ns of the session; ``shift`` aligns its clock.
+
+    Communication: a collective in flight, from its arrival to its end. Compute:
+    CPU ops (not ranges, not Python functions) outside the backend's worker
+    threads and outside the dispatcher's collective ops, which block or enqueue.
+    """
+    table = session.table
+    coll_ids = [i for i, n in enumerate(names) if collective_kind(n) is not None]
+    range_ids = [i for i in coll_ids if names[i].startswith(COLLECTIVE_RANGE_PREFIXES)]
+    c10d_ids = [i for i in coll_ids if names[i].startswith(C10D_PREFIX)]
+    is_coll = np.isin(table.name_id, coll_ids)
+    workers = np.unique(table.thread_index[np.isin(table.name_id, range_ids)])
+    ops = ((table.scope != SCOPE_USER) & ((table.flags & FLAG_PYTHON_FUNCTION) == 0)
+           & ~np.isin(table.thread_index, workers) & ~is_coll)
+    c10d = np.isin(table.name_id, c10d_ids)
+    compute = difference(union(table.start_ns[ops] + shift, table.end_ns[ops] + shift),
+                         union(table.start_ns[c10d] + shift, table.end_ns[c10d] + shift))
+    comm = union(np.array([c.arrival_ns for c in calls], dtype=np.int64),
+                 np.array([c.end_ns for c in calls], dtype=np.int64))
+    return total(compute), total(comm), total(intersection(compute, comm))
+
+
+def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
+    """The facts of one rank's trace."""
+    offset = clock_offset_ns(session)
+    info = _distributed_info(session)
+    groups = info.get("pg_config")
+    group = DEFAULT_GROUP
+    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
+        group = str(groups[0].get("pg_name", DEFAULT_GROUP))
+    world = info.get("world_size")
+    names = session.table.symbols.names
+    calls = collective_calls(session, offset)
+    steps, step_ns = _steps(session, names)
+    table = session.table
+    shift = session.epoch_offset_ns + offset
+    compute, comm, overlap = _times(session, names, calls, shift)
+    return RankFacts(
+        rank, [path], world if type(world) is int else None, group, steps, step_ns,
+        compute, comm, overlap,
+        int(table.start_ns.min()) + shift if len(table) else None,
+        int(table.end_ns.max()) + shift if len(table) else None, calls)
+
+
+def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *,
+               max_bytes: Optional[int] = None) -> List[RankFacts]:
+    """The facts of each rank's traces in ``folder_or_paths``, by rank.
+
+    Raises :class:`RankTraceError` when there is no trace or no trace names a
+    rank, and :class:`opscope.load.TraceLoadError` naming a file that cannot
+    be read as a trace.
+
+    >>> load_ranks([])
+    Traceback (most recent call last):
+    ...
+    opscope.analysis.rank_traces.RankTraceError: no rank traces given
+    """
+    from opscope.analysis.build import load_session
+
+    paths = trace_paths(folder_or_paths)
+    by_rank: Dict[int, RankFacts] = {}
+    for path in paths:
+        session = load_session(path, max_bytes=max_bytes)
+        rank = session_rank(session, path)
+        if rank is None:
+            continue
+        facts = rank_facts(session, path, rank)
+        del session  # one trace in memory at a time
+        if rank in by_rank:
+            by_rank[rank].add(facts)
+        else:
+            by_rank[rank] = facts
+    if not by_rank:
+        where = repr(os.fspath(folder_or_paths)) if isinstance(
+            folder_or_paths, (str, os.PathLike)) else "the paths given"
+        raise RankTraceError(
+            "no rank traces given" if not paths else
+            f"{where}: no trace names its rank (distributedInfo.rank in the trace, or "
+            f"rank<R> in the file name)")
+    return [by_rank[r] for r in sorted(by_rank)]

@@ -1,0 +1,249 @@
+"""A multi-rank job as one profile: collectives matched across ranks, stragglers, desync.
+
+``analyse_ranks(load_ranks(folder))`` reads the per-rank traces of a
+torch.distributed job (opscope's or torch.profiler's, see
+``opscope.analysis.rank_traces``) and returns a :class:`RanksAnalysis`.
+
+- **Matching.** Collectives of one process group are issued in the same order
+  on every rank, so (group, sequence number) is their key. Without flight
+  recorder data the sequence number is the ordinal of the collective among
+  the rank's collectives. gloo's ranges and the dispatcher ops do not name
+  their group, so every collective is counted in the rank's default group
+  (``pg_config[0].pg_name``, ``"0"``); a job whose subgroups issue their own
+  collectives shows them as a desync of the default group. Point-to-point
+  ops (send, recv) involve two ranks, not the group: they count as
+  communication but are not matched.
+- **Wait and transfer** (the TensorBoard plugin's rule): the shortest duration
+  of a collective across ranks is its transfer; the rest of each rank's
+  duration is waiting for the others.
+- **Stragglers.** At each collective the rank that arrived last is late by its
+  arrival minus the median arrival of the others, when that is at least
+  ``min_lateness_ms``, the collective's transfer time and 5% of the median
+  step time (of ranks with more than one step): smaller gaps are scheduling
+  noise, and would dilute the mean of a rank that is late by a lot. A rank
+  that sleeps S before each step's backward is late by about S at each
+  gradient allreduce. Stragglers are listed by total lateness, the latest
+  first. (The median of the others, not the second-to-last arrival: one
+  other slow rank then does not hide the straggler's lateness.)
+- **Desync.** The first (group, sequence number) where the ranks issued
+  collectives of different kinds or sizes, or some ranks none.
+
+Example::
+
+    >>> from opscope.analysis.collectives import CollectiveCall as C
+    >>> ms = 10 ** 6  # a: arrives at 0 ms, done at 500; b: arrives at 400, done at 500
+    >>> a = RankFacts(0, steps=1, step_ns=1000 * ms,
+    ...               calls=[C("allreduce", 64, 0, 500 * ms, 500 * ms)])
+    >>> b = RankFacts(1, steps=1, step_ns=1000 * ms,
+    ...               calls=[C("allreduce", 64, 400 * ms, 500 * ms, 100 * ms)])
+    >>> result = analyse_ranks([a, b])
+    >>> [(s.rank, s.late_count, s.mean_lateness_ms) for s in result.stragglers]
+    [(1, 1, 400.0)]
+    >>> result.collectives[0].ranks[0].wait_ms, result.desync
+    (400.0, [])
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from opscope.analysis.collectives import CollectiveCall
+from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
+from opscope.model.torch_names import POINT_TO_POINT_KINDS
+
+__all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
+
+DEFAULT_MIN_LATENESS_MS = 1.0
+STEP_FRACTION = 0.05  # lateness below this part of a step is noise
+_MS = 1e6
+
+
+def _ms(ns: float) -> float:
+    return round(ns / _MS, 3)
+
+
+@dataclass
+class RankArrival:
+    """One rank at one collective: arrival (ms after the job's first event), wait, transfer."""
+
+    start_ms: float
+    wait_ms: float
+    transfer_ms: float
+    kind: str
+    bytes: Optional[int]
+    call_site: Optional[str] = None
+
+
+@dataclass
+class MatchedCollective:
+    """A collective matched across ranks by (process group, sequence number)."""
+
+    pg: str
+    seq: int
+    kind: str
+    bytes: Optional[int]
+    ranks: Dict[int, RankArrival]
+
+    @property
+    def max_wait_ms(self) -> float:
+        return max((r.wait_ms for r in self.ranks.values()), default=0.0)
+
+
+@dataclass
+class RankSummary:
+    """Per rank: steps, mean step time and where the time went (ms)."""
+
+    rank: int
+    steps: int
+    mean_step_ms: float
+    compute_ms: float
+    comm_ms: float
+    wait_ms: float
+    overlap_ms: float
+    collectives: int
+    files: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Straggler:
+    """A rank that arrived last at ``late_count`` collectives, by ``mean_lateness_ms``."""
+
+    rank: int
+    late_count: int
+    mean_lateness_ms: float
+
+
+@dataclass
+class Desync:
+    """Where the ranks' collectives first differ: per rank its kind (None: issued none)."""
+
+    pg: str
+    seq: int
+    ranks: Dict[int, Optional[str]]
+    bytes: Dict[int, Optional[int]]
+    call_sites: Dict[int, Optional[str]]
+
+
+@dataclass
+class RanksAnalysis:
+    """Everything ``opscope ranks`` prints; ``to_json()`` is its ``--json`` document."""
+
+    world_size: int
+    ranks: List[RankSummary]
+    collectives: List[MatchedCollective]
+    stragglers: List[Straggler]
+    desync: List[Desync]
+    missing_ranks: List[int] = field(default_factory=list)  # below world_size, no trace
+
+    def to_json(self) -> Dict[str, Any]:
+        """Plain JSON types; rank keys of per-rank maps are strings, as JSON needs.
+
+        >>> RanksAnalysis(1, [], [], [], []).to_json()["desync"]
+        []
+        """
+        def keyed(d: Dict[int, Any]) -> Dict[str, Any]:
+            return {str(k): v for k, v in d.items()}
+
+        collectives = []
+        for c in self.collectives:
+            item = asdict(c)
+            item["ranks"] = keyed({r: asdict(a) for r, a in c.ranks.items()})
+            collectives.append(item)
+        desync = [{"pg": d.pg, "seq": d.seq, "ranks": keyed(d.ranks), "bytes": keyed(d.bytes),
+                   "call_sites": keyed(d.call_sites)} for d in self.desync]
+        return {"world_size": self.world_size, "ranks": [asdict(r) for r in self.ranks],
+                "collectives": collectives,
+                "stragglers": [asdict(s) for s in self.stragglers], "desync": desync,
+                "missing_ranks": list(self.missing_ranks)}
+
+
+def _sequences(facts: Sequence[RankFacts]) -> Dict[str, Dict[int, List[CollectiveCall]]]:
+    """Group -> rank -> its matched collectives in issue order."""
+    groups: Dict[str, Dict[int, List[CollectiveCall]]] = {}
+    for f in facts:
+        calls = [c for c in f.calls if c.kind not in POINT_TO_POINT_KINDS]
+        groups.setdefault(f.group, {})[f.rank] = calls
+    return groups
+
+
+def _match(pg: str, seqs: Dict[int, List[CollectiveCall]], origin: int
+           ) -> List[MatchedCollective]:
+    out = []
+    for seq in range(max((len(c) for c in seqs.values()), default=0)):
+        here = {r: calls[seq] for r, calls in seqs.items() if seq < len(calls)}
+        transfer = min(c.duration_ns for c in here.values())
+        kind = Counter(c.kind for c in here.values()).most_common(1)[0][0]
+        sizes = Counter(c.nbytes for c in here.values() if c.kind == kind)
+        arrivals = {r: RankArrival(_ms(c.arrival_ns - origin), _ms(c.duration_ns - transfer),
+                                   _ms(transfer), c.kind, c.nbytes, c.call_site)
+                    for r, c in sorted(here.items())}
+        out.append(MatchedCollective(pg, seq, kind, sizes.most_common(1)[0][0], arrivals))
+    return out
+
+
+def _first_desync(pg: str, seqs: Dict[int, List[CollectiveCall]]) -> Optional[Desync]:
+    for seq in range(max((len(c) for c in seqs.values()), default=0)):
+        here = {r: (calls[seq] if seq < len(calls) else None) for r, calls in seqs.items()}
+        present = [c for c in here.values() if c is not None]
+        kinds = {c.kind for c in present}
+        sizes = {c.nbytes for c in present if c.nbytes is not None}
+        if len(present) < len(here) or len(kinds) > 1 or len(sizes) > 1:
+            ranks = sorted(here)
+            return Desync(pg, seq, {r: here[r].kind if here[r] else None for r in ranks},
+                          {r: here[r].nbytes if here[r] else None for r in ranks},
+                          {r: here[r].call_site if here[r] else None for r in ranks})
+    return None
+
+
+def _stragglers(collectives: List[MatchedCollective], floor_ms: float) -> List[Straggler]:
+    late: Dict[int, List[float]] = {}
+    for c in collectives:
+        if len(c.ranks) < 2:
+            continue
+        last = max(c.ranks, key=lambda r: c.ranks[r].start_ms)
+        others = [a.start_ms for r, a in c.ranks.items() if r != last]
+        lateness = c.ranks[last].start_ms - statistics.median(others)
+        transfer = min(a.transfer_ms for a in c.ranks.values())
+        if lateness >= max(floor_ms, transfer):
+            late.setdefault(last, []).append(lateness)
+    found = [Straggler(r, len(v), round(sum(v) / len(v), 3)) for r, v in late.items()]
+    return sorted(found, key=lambda s: (-s.late_count * s.mean_lateness_ms, s.rank))
+
+
+def analyse_ranks(facts: Sequence[RankFacts], *,
+                  min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> RanksAnalysis:
+    """Match the ranks' collectives and find stragglers and the first desync.
+
+    ``facts`` is what :func:`load_ranks` returns (one entry per rank).
+    Times in the result are ms; arrivals count from the job's first event.
+
+    >>> analyse_ranks([RankFacts(0, world_size=2)]).missing_ranks
+    [1]
+    """
+    starts = [f.start_ns for f in facts if f.start_ns is not None]
+    origin = min(starts) if starts else 0
+    collectives: List[MatchedCollective] = []
+    desync: List[Desync] = []
+    for pg, seqs in sorted(_sequences(facts).items()):
+        collectives += _match(pg, seqs, origin)
+        first = _first_desync(pg, seqs)
+        if first is not None:
+            desync.append(first)
+    wait: Dict[int, float] = {}
+    for c in collectives:
+        for r, a in c.ranks.items():
+            wait[r] = wait.get(r, 0.0) + a.wait_ms
+    ranks = [RankSummary(
+        f.rank, f.steps, _ms(f.step_ns / f.steps) if f.steps else 0.0, _ms(f.compute_ns),
+        _ms(f.comm_ns), round(wait.get(f.rank, 0.0), 3), _ms(f.overlap_ns), len(f.calls),
+        list(f.paths)) for f in facts]
+    sizes = [f.world_size for f in facts if f.world_size]
+    world = max(sizes + [max((f.rank for f in facts), default=-1) + 1])
+    stepped = [r.mean_step_ms for r in ranks if r.steps > 1]
+    floor = max(min_lateness_ms, STEP_FRACTION * statistics.median(stepped) if stepped else 0)
+    found = {f.rank for f in facts}
+    return RanksAnalysis(world, ranks, collectives, _stragglers(collectives, floor), desync,
+                         [r for r in range(world) if r not in found])

@@ -1,0 +1,91 @@
+"""``opscope ranks DIR [--json]``: a torch.distributed job's per-rank traces as one profile.
+
+DIR holds one trace per rank (or several: one per window), written by opscope
+or torch.profiler, each naming its rank in ``distributedInfo`` or in its file
+name (``train.rank3.pt.trace.json``). The report has the per-rank times, the
+collectives matched across ranks (those with the longest wait first), the
+stragglers and the first desync; ``--json`` prints it as one JSON document
+(see ``opscope.analysis.ranks.RanksAnalysis.to_json``).
+
+Example::
+
+    $ opscope ranks out/
+    $ opscope ranks out/ --json | jq .stragglers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from opscope.cli.errors import UsageError
+from opscope.cli.options import add_max_trace_size, parse_row_limit
+from opscope.cli.progress import progress
+from opscope.cli.terminal import write_text
+
+SUMMARY = "analyse a distributed job's per-rank traces: collectives, stragglers, desync"
+DESCRIPTION = """\
+Load the per-rank traces in DIR (opscope's or torch.profiler's; a trace's rank
+is distributedInfo.rank, else rank<R> in its file name) and print per rank its
+steps, mean step time and time in compute, communication and waiting; the
+collectives matched across ranks by (process group, sequence number), with
+each rank's arrival, wait and transfer; the stragglers (ranks that arrive
+last); and the first desync (where ranks issued different collectives)."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``ranks`` verb."""
+    from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS
+    from opscope.export.ranks_text import DEFAULT_COLLECTIVE_LIMIT
+
+    parser = subparsers.add_parser("ranks", help=SUMMARY, description=DESCRIPTION,
+                                   allow_abbrev=False)
+    parser.add_argument("folder", metavar="DIR", help="folder of per-rank traces")
+    parser.add_argument("--json", action="store_true",
+                        help="print the analysis as one JSON document on stdout")
+    parser.add_argument("--limit", metavar="N", type=parse_row_limit,
+                        default=DEFAULT_COLLECTIVE_LIMIT,
+                        help=f"collectives shown, longest wait first, -1 for all (default: "
+                             f"{DEFAULT_COLLECTIVE_LIMIT}; --json has them all)")
+    parser.add_argument("--min-lateness-ms", metavar="MS", type=float,
+                        default=DEFAULT_MIN_LATENESS_MS,
+                        help=f"smallest lateness that makes a rank a straggler at a "
+                             f"collective (default: {DEFAULT_MIN_LATENESS_MS:g})")
+    add_max_trace_size(parser)
+    parser.set_defaults(handler=main)
+
+
+def load_job(folder: str, max_bytes=None):
+    """``load_ranks(folder)``; a missing folder or a bad trace is a one-line UsageError."""
+    from opscope.analysis.rank_traces import RankTraceError, load_ranks
+    from opscope.load import TraceLoadError
+
+    try:
+        with progress("loading rank traces"):
+            return load_ranks(folder, max_bytes=max_bytes)
+    except (RankTraceError, TraceLoadError) as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a bad OPSCOPE_MAX_TRACE_BYTES
+        raise UsageError(str(exc)) from None
+    except MemoryError:
+        raise UsageError(f"{folder!r}: not enough memory to load its traces") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load the rank traces, analyse them, print text or JSON; return 0."""
+    from opscope.analysis.ranks import analyse_ranks
+    from opscope.export.ranks_text import format_ranks
+
+    if not args.min_lateness_ms >= 0:
+        raise UsageError(f"argument --min-lateness-ms: expected ms >= 0, got "
+                         f"{args.min_lateness_ms!r}")
+    facts = load_job(args.folder, args.max_trace_size)
+    with progress("analysing"):
+        analysis = analyse_ranks(facts, min_lateness_ms=args.min_lateness_ms)
+    if args.json:
+        json.dump(analysis.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        write_text(format_ranks(analysis, limit=args.limit) + "\n")
+    return 0

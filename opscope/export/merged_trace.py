@@ -1,0 +1,140 @@
+"""One Chrome trace of a whole job: every rank's trace as one process, on aligned clocks.
+
+``write_merged_trace(paths, output)`` reads the per-rank traces (opscope's or
+torch.profiler's; the rank as ``opscope.analysis.rank_traces`` finds it) and
+writes one trace where rank R is process R, named "rank R" and sorted by R.
+Each event keeps its thread and fields; its ``ts`` moves onto a common clock
+(the trace's ``baseTimeNanoseconds`` plus its ``opscopeClockOffsetNs``; the
+merged trace's ``baseTimeNanoseconds`` is the job's first event, at ts 0), and
+flow and async ids are made unique per rank. The traces are read twice, one
+at a time (first for their ranks and clocks, then to stream their events to
+the output), so memory holds one trace, never the job; the output is written
+atomically.
+
+Example::
+
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> for r in (0, 1):
+    ...     doc = {"distributedInfo": {"rank": r}, "baseTimeNanoseconds": 1000 * r,
+    ...            "traceEvents": [{"ph": "X", "name": "op", "pid": 7, "tid": 7, "ts": 1,
+    ...                             "dur": 1}]}
+    ...     _ = open(os.path.join(folder, f"t{r}.json"), "w").write(json.dumps(doc))
+    >>> out = os.path.join(folder, "merged.json")
+    >>> write_merged_trace(trace_paths(folder), out)
+    [0, 1]
+    >>> [(e["pid"], e["ts"]) for e in json.load(open(out))["traceEvents"] if e["ph"] == "X"]
+    [(0, 0.0), (1, 1.0)]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
+from opscope.export.atomic import atomic_text_writer
+from opscope.export.output_path import check_output_path
+from opscope.load.trace_file import read_trace_document
+from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY
+
+__all__ = ["write_merged_trace", "trace_paths"]
+
+_OWN_PROCESS_METADATA = ("process_name", "process_sort_index", "process_labels")
+_ID_PHASES = frozenset("sftbenSTFpP")  # flow and async events: ids must not clash
+
+
+class _RankFile(NamedTuple):
+    rank: int
+    path: str
+    clock_ns: int  # add to ts*1000 to get the common clock (Unix ns, rank 0's clock)
+    first_ns: Optional[int]
+    info: Dict[str, Any]
+
+
+def _scan(path: str, max_bytes: Optional[int]) -> Optional[_RankFile]:
+    """The rank and clock of one trace (None: it names no rank)."""
+    doc = read_trace_document(path, max_bytes)
+    info = doc.get(DISTRIBUTED_INFO_KEY)
+    info = info if isinstance(info, dict) else {}
+    rank = info.get("rank")
+    rank = rank if type(rank) is int and rank >= 0 else rank_from_name(path)
+    if rank is None:
+        return None
+    base = doc.get("baseTimeNanoseconds")
+    offset = doc.get(CLOCK_OFFSET_KEY)
+    clock = (base if type(base) is int else 0) + (offset if type(offset) is int else 0)
+    stamps = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict)
+              and isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+    first = clock + int(min(stamps) * 1000) if stamps else None
+    return _RankFile(rank, path, clock, first, info)
+
+
+def _event(e: Dict[str, Any], rank: int, shift_us: float, n_ranks: int) -> Optional[dict]:
+    """``e`` moved into rank ``rank``'s process and onto the common clock (None: drop it)."""
+    if e.get("ph") == "M" and e.get("name") in _OWN_PROCESS_METADATA:
+        return None
+    out = dict(e)
+    out["pid"] = rank
+    ts = out.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and out.get("ph") != "M":
+        out["ts"] = round(ts + shift_us, 3)
+    if out.get("ph") in _ID_PHASES and "id" in out:
+        ident = out["id"]
+        out["id"] = ident * n_ranks + rank if type(ident) is int else f"rank{rank}:{ident}"
+    return out
+
+
+def _process_metadata(rank: int) -> List[dict]:
+    return [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+             "args": {"name": f"rank {rank}"}},
+            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
+             "args": {"sort_index": rank}}]
+
+
+def write_merged_trace(paths: Sequence[str], output: str, *,
+                       max_bytes: Optional[int] = None) -> List[int]:
+    """Merge the rank traces among ``paths`` into ``output``; return the ranks written.
+
+    Raises :class:`RankTraceError` when no trace names a rank, and
+    ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
+    """
+    output = check_output_path("write_merged_trace", "output", output)
+    files = [f for f in (_scan(p, max_bytes) for p in paths) if f is not None]
+    if not files:
+        raise RankTraceError("no trace names its rank (distributedInfo.rank in the trace, "
+                             "or rank<R> in the file name)")
+    files.sort(key=lambda f: (f.rank, f.first_ns if f.first_ns is not None else 0))
+    firsts = [f.first_ns for f in files if f.first_ns is not None]
+    origin = min(firsts) if firsts else 0
+    ranks = sorted({f.rank for f in files})
+    n_ranks = max(ranks) + 1
+    info = next((f.info for f in files if f.info), {})
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": origin,
+            "distributedInfo": {k: v for k, v in info.items() if k != "rank"},
+            "opscopeMergedRanks": ranks}
+    with atomic_text_writer(output) as out:
+        out.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
+        first = True
+        for rank in ranks:
+            for event in _process_metadata(rank):
+                out.write(("" if first else ",\n") + json.dumps(event))
+                first = False
+        for f in files:
+            shift_us = (f.clock_ns - origin) / 1000
+            for e in read_trace_document(f.path, max_bytes)["traceEvents"]:
+                moved = _event(e, f.rank, shift_us, n_ranks) if isinstance(e, dict) else None
+                if moved is not None:
+                    out.write(",\n" + json.dumps(moved))
+        out.write("\n]}\n")
+    return ranks
+
+
+def default_output(folder: str) -> str:
+    """``<folder>/merged.pt.trace.json``.
+
+    >>> default_output("out")
+    'out/merged.pt.trace.json'
+    """
+    return os.path.join(folder, "merged.pt.trace.json")

@@ -1,0 +1,99 @@
+"""A DDP job for tests/test_ranks.py, run by torchrun on gloo: one trace per rank.
+
+Each rank profiles a few training steps of a small DDP model with opscope (or
+torch.profiler) and writes OUTDIR/train.rank<R>.pt.trace.json, in a
+``finally:`` so a failed job still leaves its traces. It counts the
+collectives it issues (DDP's gradient allreduce through a comm hook, and an
+explicit allreduce of the loss per step) in OUTDIR/counts.rank<R>.txt.
+
+    torchrun --nproc-per-node 2 ddp_train.py OUTDIR [--steps N] [--sleep-rank K --sleep-ms S]
+        [--profiler opscope|torch] [--desync-rank R --desync-step N] [--timeout-s T]
+"""
+
+import argparse
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+COUNT = [0]
+
+
+def counting_hook(state, bucket):
+    COUNT[0] += 1
+    return allreduce_hook(state, bucket)
+
+
+def counted_all_reduce(tensor):
+    COUNT[0] += 1
+    dist.all_reduce(tensor)
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("outdir")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--sleep-rank", type=int, default=-1)
+    p.add_argument("--sleep-ms", type=float, default=0)
+    p.add_argument("--profiler", default="opscope")
+    p.add_argument("--desync-rank", type=int, default=-1)
+    p.add_argument("--desync-step", type=int, default=-1)
+    p.add_argument("--timeout-s", type=float, default=60)
+    return p.parse_args()
+
+
+def make_profiler(kind):
+    if kind == "torch":
+        return torch.profiler.profile(record_shapes=True, with_stack=True)
+    import opscope
+    return opscope.profile(record_shapes=True, with_stack=True)
+
+
+def train_step(model, opt, x, rank, args, step):
+    loss = model(x).sum()
+    if rank == args.sleep_rank:
+        time.sleep(args.sleep_ms / 1000)
+    if rank == args.desync_rank and step == args.desync_step:
+        dist.broadcast(torch.ones(3), src=0)  # the desync: only this rank issues it
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    counted_all_reduce(loss.detach())
+
+
+def main():
+    args = parse()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # torchrun stops the others
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank = dist.get_rank()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
+    model.register_comm_hook(None, counting_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+    for step in range(2):  # warm up: DDP rebuilds its buckets (broadcasts) here
+        train_step(model, opt, x, rank, argparse.Namespace(**{**vars(args), "sleep_rank": -1,
+                                                               "desync_rank": -1}), step)
+    COUNT[0] = 0
+    prof = make_profiler(args.profiler)
+    path = os.path.join(args.outdir, f"train.rank{rank}.pt.trace.json")
+    try:
+        with prof:
+            for step in range(args.steps):
+                train_step(model, opt, x, rank, args, step)
+                prof.step()
+    finally:
+        prof.export_chrome_trace(path)
+        with open(os.path.join(args.outdir, f"counts.rank{rank}.txt"), "w") as f:
+            f.write(str(COUNT[0]))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
