@@ -2,7 +2,9 @@
 
 The jobs run ``tests/run_workloads/ddp_steps.py`` (a small DDP model, one
 thread per rank) under both launch forms, ``torchrun ... -m opscope run`` and
-``opscope run --nproc-per-node 2``, and are shared by module-scoped fixtures.
+``opscope run --nproc-per-node 2``: clean runs, a rank that fails and one that
+torchrun then stops, and ranks hung until the process group's timeout. They are
+shared by module-scoped fixtures.
 The oracles are the files each rank writes, their ``distributedInfo``, the
 collectives the workload counts, and ``opscope ranks --json``. The in-process
 tests cover ``distributedInfo`` for a group created after ``start()``, the
@@ -91,6 +93,14 @@ def failing(tmp_path_factory) -> Job:
     """Rank 0 raises at step 2 while rank 1 waits; torchrun then stops rank 1 (SIGTERM)."""
     return run_job(tmp_path_factory.mktemp("failing"), OPSCOPE_RUN, [],
                    ["--steps", "4", "--fail-rank", "0", "--fail-step", "2"])
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory) -> Job:
+    """Rank 1 issues an extra broadcast at step 1: both ranks hang until the 3 s timeout."""
+    return run_job(tmp_path_factory.mktemp("hung"), TORCHRUN, [],
+                   ["--steps", "3", "--extra-rank", "1", "--extra-step", "1",
+                    "--timeout-s", "3"])
 
 
 def names_in(path: Path) -> set:
@@ -289,3 +299,15 @@ def test_sigterm_ends_the_script_after_the_step_and_is_then_only_noted():
     finally:
         term.uninstall()
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_ranks_hung_until_the_timeout_keep_their_traces(hung, capsys):
+    assert hung.done.returncode != 0
+    assert sorted(os.listdir(hung.out)) == [
+        f"ddp_steps.rank{r}.pt.trace.json" for r in range(WORLD)]
+    for rank in range(WORLD):
+        info = json.loads((hung.out / f"ddp_steps.rank{rank}.pt.trace.json").read_text())[
+            "distributedInfo"]
+        assert (info["rank"], info["world_size"]) == (rank, WORLD)
+    desync = ranks_json(hung.out, capsys)["desync"]
+    assert [d["ranks"]["1"] for d in desync] == ["broadcast"], desync

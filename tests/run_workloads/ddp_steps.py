@@ -7,12 +7,16 @@ hook), so a test knows how many a recorded window holds. Every collective of
 a step comes before its ``optimizer.step()``, so it falls in that step's
 ``ProfilerStep#N``. With ``--fail-rank R --fail-step S``, rank R raises at the
 start of step S while every other rank waits in Python (as a long compute
-would) until torchrun stops it.
+would) until torchrun stops it. With ``--extra-rank R --extra-step S``, rank R
+issues a broadcast no other rank issues at step S, and every rank hangs until
+the process group's timeout (``--timeout-s``).
 
     ddp_steps.py COUNTS_DIR [--steps N] [--fail-rank R --fail-step S]
+        [--extra-rank R --extra-step S] [--timeout-s T]
 """
 
 import argparse
+import datetime
 import json
 import os
 import time
@@ -35,6 +39,9 @@ def parse():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-step", type=int, default=-1)
+    p.add_argument("--extra-rank", type=int, default=-1)
+    p.add_argument("--extra-step", type=int, default=-1)
+    p.add_argument("--timeout-s", type=float, default=120)
     return p.parse_args()
 
 
@@ -55,6 +62,9 @@ def train(args, rank):
                 raise RuntimeError(f"rank {rank} fails at step {step}")
             wait_for_torchrun()
         COUNTS.append(0)
+        if step == args.extra_step and rank == args.extra_rank:
+            dist.broadcast(torch.ones(3), src=0)  # the desync: only this rank issues it
+            COUNTS[-1] += 1
         loss = model(x).sum()
         total = loss.detach().clone()
         dist.all_reduce(total)
@@ -68,7 +78,7 @@ def main():
     args = parse()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
     try:
         train(args, rank)
