@@ -33,8 +33,8 @@ from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_option
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
                                    start_profiler, warm_up_collector)
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
-from opscope.cli.torchrun import (SigtermExit, check_not_a_worker, launch, launch_command,
-                                  parse_nproc, worker_rank)
+from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
+                                  launch_command, parse_nproc, worker_rank)
 from opscope.script import run_script
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
@@ -143,15 +143,15 @@ def profile_script(args: argparse.Namespace) -> int:
     finally:
         sigterm.uninstall()
     if sigterm.received:
-        print(f"{who}stopped by SIGTERM (torchrun ends the job); kept what was recorded",
+        print(f"{who}stopped by SIGTERM; what was recorded until then is kept",
               file=sys.stderr)
     sys.stdout.flush()
     if rank in (None, 0) and not print_table(prof, sort=args.sort, row_limit=args.row_limit):
         print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
     print_summary(writer, who)
     outcome.report()
-    if writer.errors and outcome.exit_code == 0:
-        return 1
+    if outcome.exit_code == 0 and (writer.errors or sigterm.received):
+        return SIGTERM_EXIT if sigterm.received else 1
     return outcome.exit_code
 
 

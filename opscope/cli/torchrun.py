@@ -63,9 +63,12 @@ def run_options(args: argparse.Namespace) -> List[str]:
     """The ``opscope run`` options of ``args`` as command-line words, without the launch.
 
     >>> from opscope.cli.options import ScheduleSpec
-    >>> run_options(argparse.Namespace(output_dir="out", schedule=ScheduleSpec(1, 1, 2),
+    >>> words = run_options(argparse.Namespace(output_dir="out", schedule=ScheduleSpec(1, 1, 2),
     ...     sort="count", row_limit=5, report=True, with_stack=True))
-    ['-o', 'out', '--schedule', '1,1,2,0', '--sort', 'count', '--row-limit', '5', '--stack', '--report']
+    >>> words[:4]
+    ['-o', 'out', '--schedule', '1,1,2,0']
+    >>> words[4:]
+    ['--sort', 'count', '--row-limit', '5', '--stack', '--report']
     """
     words = ["-o", args.output_dir]
     if args.schedule is not None:
