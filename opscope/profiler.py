@@ -37,7 +37,8 @@ from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.model.torch_names import PROFILER_STEP
 from opscope.profiler_fork import active_profiler, claim, release
 from opscope.profiler_results import ProfileResults
-from opscope.profiler_setup import check_optional, start_metadata, validate_json
+from opscope.profiler_setup import (check_optional, complete_distributed_info, start_metadata,
+                                    validate_json)
 from opscope.record_function import record_function, set_recording_collector
 from opscope.schedule import (OUTPUT_STEPS, TRANSITIONS, WARN_PREFIX, ProfilerAction,
                               as_action, default_schedule)
@@ -74,6 +75,11 @@ class profile(ProfileResults):
     trace raises after the session is built, and ``key_averages()`` and the
     exports still work. After ``os.fork()`` the child records nothing into its
     copy of the parent's profile (it is freed) and may start its own profiler.
+
+    Each trace's ``distributedInfo`` comes from the process group at the
+    window's start, else at the first ``step()`` or stop that finds one (a
+    script may create its group after ``start()``), else from torchrun's
+    ``RANK``/``WORLD_SIZE`` when the group is gone by the stop.
     """
 
     def __init__(self, *, activities: Optional[Iterable[Any]] = None,
@@ -183,6 +189,8 @@ class profile(ProfileResults):
         if self._owner_pid != os.getpid() or not self._started:
             return
         self._exit_step_range()
+        if self._window is not None:  # a script's process group may begin after start()
+            complete_distributed_info(self._window.metadata, final=False)
         previous = self.current_action
         self.step_num += 1
         StepTracker.increment_step(PROFILER_STEP_NAME)
@@ -297,6 +305,7 @@ class profile(ProfileResults):
         window, self._window = self._window, None
         if window is None:
             return
+        complete_distributed_info(window.metadata, final=True)
         raw = window.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}
         self._session = build_session(raw, options=options)

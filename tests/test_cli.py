@@ -227,6 +227,7 @@ def test_run_unwritable_output_dir_is_usage_error(tmp_path):
     (["run", "--sort", "fastest", "train.py"], ["--sort", "fastest"]),
     (["run", "--row-limit", "0", "train.py"], ["--row-limit"]),
     (["run", "--no-such-flag", "train.py"], ["--no-such-flag"]),
+    (["run", "--nproc-per-node", "0", "train.py"], ["--nproc-per-node", "'0'"]),
     (["run", "-o", "a_file", "train.py"], ["-o/--output-dir", "a_file"]),
     (["run", "folder"], ["SCRIPT", "folder"]),
     (["run"], ["SCRIPT"]),

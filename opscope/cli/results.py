@@ -105,12 +105,14 @@ def print_table(prof: Any, *, sort: str, row_limit: int) -> bool:
     return True
 
 
-def print_summary(writer: WindowWriter) -> None:
-    """One stderr line per file written, then one per write error."""
+def print_summary(writer: WindowWriter, who: str = "opscope: ") -> None:
+    """One stderr line per file written, then one per write error, each starting with ``who``.
+
+    Under torchrun ``who`` names the rank (``"opscope: rank 1: "``).
+    """
     for line in writer.written:
-        write_text(f"opscope: {line}\n", sys.stderr)
+        write_text(f"{who}{line}\n", sys.stderr)
     for line in writer.errors:
-        write_text(f"opscope: error: {line}\n", sys.stderr)
+        write_text(f"{who}error: {line}\n", sys.stderr)
     if not writer.written and not writer.errors:
-        write_text("opscope: no trace written: no recording window was completed\n",
-                   sys.stderr)
+        write_text(f"{who}no trace written: no recording window was completed\n", sys.stderr)

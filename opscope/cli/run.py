@@ -5,9 +5,16 @@ The script runs as ``__main__`` with its own arguments. Every
 training iterations. Afterwards the table of the last recorded window is
 printed and its trace written to the output folder.
 
+In a torch.distributed job (``torchrun ... -m opscope run``, or
+``opscope run --nproc-per-node N``, which launches it through
+``torch.distributed.run``) every rank profiles itself: its files are named
+``<script>.rank<R>...``, only rank 0 prints the table, and a rank that
+torchrun stops (SIGTERM) still writes what it recorded.
+
 Example::
 
     $ opscope run -o out --schedule 1,1,3 train.py --epochs 1
+    $ opscope run --nproc-per-node 2 -o out train.py   # out/train.rank0.pt.trace.json, ...
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_option
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
                                    start_profiler, warm_up_collector)
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
+from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
+                                  launch_command, parse_nproc, worker_rank)
 from opscope.script import run_script
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
@@ -35,7 +44,15 @@ the last recorded window and write its Chrome trace to DIR/<script>.pt.trace.jso
 With --schedule, every optimizer.step() call advances the schedule and each
 active window is written as DIR/<script>.step<N>.pt.trace.json (N: the
 window's last step). Everything after SCRIPT is passed to it untouched, and
-opscope exits with the script's exit status (1 if it raised)."""
+opscope exits with the script's exit status (1 if it raised).
+
+In a torch.distributed job, every rank profiles itself and its files are named
+DIR/<script>.rank<R>.pt.trace.json, or DIR/<script>.rank<R>.step<N>.pt.trace.json
+with --schedule (the report likewise); only rank 0 prints the table. Start the
+job with 'torchrun --nproc-per-node N -m opscope run [options] SCRIPT', or with
+'opscope run --nproc-per-node N [options] SCRIPT', which runs torchrun
+(python -m torch.distributed.run --standalone) and exits with its status.
+Analyse the ranks' traces together with 'opscope ranks DIR'."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,8 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_profile_flags(parser)
     parser.add_argument(
         "--report", action="store_true",
-        help="also write the HTML report of each recorded window, beside its trace "
-             "(DIR/<script>.html)")
+        help="also write the HTML report of each recorded window, beside its trace and "
+             "named like it (DIR/<script>.html)")
+    parser.add_argument(
+        "--nproc-per-node", metavar="N", type=parse_nproc, default=None,
+        help="run SCRIPT on N ranks on this host through torchrun "
+             "(python -m torch.distributed.run --standalone), each rank profiled")
     # optional for argparse only, so a missing SCRIPT gets our message, not "SCRIPT, ARGS"
     parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
@@ -86,34 +107,57 @@ def main(args: argparse.Namespace) -> int:
     check_script(args.script)
     if args.report:
         check_report_available()
+    if args.nproc_per_node is not None:
+        check_not_a_worker()
+        prepare_output_dir(args.output_dir)
+        print(f"opscope: launching {args.nproc_per_node} ranks through torchrun",
+              file=sys.stderr)
+        return launch(launch_command(args))
+    return profile_script(args)
+
+
+def profile_script(args: argparse.Namespace) -> int:
+    """Run the script in this process under the profiler; its exit status."""
     folder = prepare_output_dir(args.output_dir)
+    rank = worker_rank()
+    who = "opscope: " if rank is None else f"opscope: rank {rank}: "
     stem = os.path.splitext(os.path.basename(args.script))[0]
+    if rank is not None:
+        stem += f".rank{rank}"
     outputs = OUTPUTS + [REPORT] if args.report else OUTPUTS
     writer = WindowWriter(folder, args.output_dir, stem, by_step=args.schedule is not None,
                           outputs=outputs)
     prof = opscope.profile(schedule=make_schedule(args.schedule), on_trace_ready=writer,
                            **profile_kwargs(args))
     warm_up_collector()
-    with after_optimizer_steps(prof.step):
-        start_profiler(prof)
-        try:
-            outcome = run_script(args.script, args.script_args)
-        finally:
-            writer.stopping = True
-            prof.stop()
+    sigterm = SigtermExit()
+    sigterm.install()
+    try:
+        with after_optimizer_steps(lambda: sigterm.shielded(prof.step)):
+            start_profiler(prof)
+            try:
+                outcome = sigterm.run(run_script, args.script, args.script_args)
+            finally:
+                writer.stopping = True
+                prof.stop()
+    finally:
+        sigterm.uninstall()
+    if sigterm.received:
+        print(f"{who}stopped by SIGTERM; what was recorded until then is kept",
+              file=sys.stderr)
     sys.stdout.flush()
-    if not print_table(prof, sort=args.sort, row_limit=args.row_limit):
-        print(_nothing_recorded(args, prof.step_num), file=sys.stderr)
-    print_summary(writer)
+    if rank in (None, 0) and not print_table(prof, sort=args.sort, row_limit=args.row_limit):
+        print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
+    print_summary(writer, who)
     outcome.report()
-    if writer.errors and outcome.exit_code == 0:
-        return 1
+    if outcome.exit_code == 0 and (writer.errors or sigterm.received):
+        return SIGTERM_EXIT if sigterm.received else 1
     return outcome.exit_code
 
 
 def _nothing_recorded(args: argparse.Namespace, steps: int) -> str:
     spec = args.schedule
     if spec is None:
-        return "opscope: nothing was recorded"
-    return (f"opscope: nothing was recorded: --schedule waits {spec.wait} and warms up "
+        return "nothing was recorded"
+    return (f"nothing was recorded: --schedule waits {spec.wait} and warms up "
             f"{spec.warmup} optimizer steps before recording, and the script made {steps}")
