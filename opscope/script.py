@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import traceback
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Callable, Iterator, List, NamedTuple, Optional
@@ -73,6 +74,26 @@ def _exit_outcome(code: object) -> ScriptOutcome:
         print(code, file=sys.stderr, flush=True)
 
     return ScriptOutcome(1, report)
+
+
+def syntax_error(path: str) -> Optional[str]:
+    """Python's own message when ``path`` does not compile (as ``python path`` prints it), else None.
+
+    >>> import os, tempfile
+    >>> bad = os.path.join(tempfile.mkdtemp(), "bad.py")
+    >>> _ = open(bad, "w").write("x = (\\n")
+    >>> print(syntax_error(bad).splitlines()[-1])
+    SyntaxError: '(' was never closed
+    """
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
+        return "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+    except OSError:
+        return None  # unreadable: running it reports that as Python would
+    return None
 
 
 def run_script(path: str, args: List[str]) -> ScriptOutcome:

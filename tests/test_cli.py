@@ -88,6 +88,18 @@ def test_run_prints_table_and_writes_trace(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["train.pt.trace.json"]
 
 
+@pytest.mark.parametrize("launch", [[], ["--nproc-per-node", "2"]], ids=["run", "nproc"])
+def test_run_script_with_a_syntax_error_writes_nothing(tmp_path, launch):
+    """Python's own message, exit 1, no trace, no table: there was nothing to profile."""
+    write_script(tmp_path, "bad.py", "import torch\nx = (\n")
+    result = opscope_cli("run", "-o", "out", *launch, "bad.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == "SyntaxError: '(' was never closed"
+    assert 'bad.py", line 2' in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_run_default_output_dir_and_row_limit(tmp_path):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
     result = opscope_cli("run", "--row-limit", "3", "--sort", "count", "train.py", cwd=tmp_path)

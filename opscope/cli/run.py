@@ -35,7 +35,7 @@ from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwa
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
 from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
                                   launch_command, parse_nproc, worker_rank)
-from opscope.script import run_script
+from opscope.script import run_script, syntax_error
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
 DESCRIPTION = """\
@@ -105,6 +105,10 @@ def check_report_available() -> None:
 def main(args: argparse.Namespace) -> int:
     """Profile the script; return the exit status ``opscope run`` ends with."""
     check_script(args.script)
+    error = syntax_error(args.script)
+    if error is not None:  # nothing to profile: say why, as python would, and write nothing
+        print(error, file=sys.stderr)
+        return 1
     if args.report:
         check_report_available()
     if args.nproc_per_node is not None:
