@@ -179,6 +179,21 @@ def test_run_schedule_steps_on_optimizer_step(tmp_path):
         assert os.path.join("out", name) in result.stderr
 
 
+def test_run_schedule_window_cut_by_the_end_is_named_partial(tmp_path):
+    """Steps 0-1 make a whole window; step 2 and the end of the script after the third
+    optimizer.step() (step 3, never finished) are written at stop as a partial window."""
+    write_script(tmp_path, "train.py", TRAIN_SCRIPT)
+    result = opscope_cli("run", "-o", "out", "--schedule", "0,0,2", "train.py", "3",
+                         cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    assert sorted(os.listdir(out)) == ["train.step1.pt.trace.json",
+                                       "train.step3.partial.pt.trace.json"]
+    partial = trace_names(out / "train.step3.partial.pt.trace.json")
+    assert {n for n in partial if n.startswith("ProfilerStep#")} == {"ProfilerStep#2",
+                                                                     "ProfilerStep#3"}
+
+
 def test_run_schedule_never_reaching_a_window_says_so(tmp_path):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
     result = opscope_cli("run", "-o", "out", "--schedule", "5,1,1", "train.py", "2",

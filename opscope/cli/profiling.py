@@ -28,7 +28,8 @@ PROFILE_FLAGS: Dict[str, tuple] = {
     "--memory": ("profile_memory", "record tensor memory allocated and freed by each op"),
     "--stack": ("with_stack", "record the Python stack of each op"),
     "--modules": ("with_modules", "record the nn.Module hierarchy of each op"),
-    "--flops": ("with_flops", "estimate FLOPs of matrix multiplications and convolutions"),
+    "--flops": ("with_flops", "estimate FLOPs of matrix products, convolutions (and their "
+                              "backward), attention, add and mul"),
 }
 
 

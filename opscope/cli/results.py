@@ -41,7 +41,7 @@ class Output(NamedTuple):
 
 OUTPUTS: List[Output] = [
     Output("trace", "chrome_trace", ".pt.trace.json",
-           "open it in https://ui.perfetto.dev or chrome://tracing"),
+           "open it in chrome://tracing, or load it in Holistic Trace Analysis"),
 ]
 # The HTML report: ``opscope demo`` always writes it, ``opscope run`` with --report.
 REPORT = Output("report", "report", ".html", "open it in a browser")
@@ -51,7 +51,9 @@ class WindowWriter:
     """An ``on_trace_ready`` handler writing ``OUTPUTS`` for each finished window.
 
     Files are named ``<stem><suffix>``, or ``<stem>.step<N><suffix>`` with
-    ``by_step`` (N: the window's last step, so repeated windows never collide).
+    ``by_step`` (N: the window's last step, so repeated windows never collide). A
+    window cut short by the end of the program (written at ``prof.stop()``, in
+    the middle of step N) is ``<stem>.step<N>.partial<suffix>``.
     Write errors are kept in ``errors`` rather than raised into the profiled
     program. Set ``stopping`` before calling ``prof.stop()``, so the step
     number is the one in progress rather than the one just begun.
@@ -59,6 +61,8 @@ class WindowWriter:
     >>> w = WindowWriter("/tmp", "out", "train", by_step=True)
     >>> w.file_name(7, OUTPUTS[0])
     'train.step7.pt.trace.json'
+    >>> w.stopping = True; w.file_name(10, OUTPUTS[0])
+    'train.step10.partial.pt.trace.json'
     """
 
     def __init__(self, folder: str, shown_folder: str, stem: str, *, by_step: bool,
@@ -75,6 +79,8 @@ class WindowWriter:
     def file_name(self, step: int, output: Output) -> str:
         """The file name of ``output`` for the window ending at ``step``."""
         base = f"{self.stem}.step{step}" if self.by_step else self.stem
+        if self.by_step and self.stopping:
+            base += ".partial"  # the program ended inside step N: not a whole window
         return base + output.suffix
 
     def __call__(self, prof: Any) -> None:

@@ -70,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--report", action="store_true",
         help="also write the HTML report of each recorded window, beside its trace and "
-             "named like it (DIR/<script>.html)")
+             "named like it (DIR/<script>.html; DIR/<script>.step<N>.html with --schedule)")
     parser.add_argument(
         "--nproc-per-node", metavar="N", type=parse_nproc, default=None,
         help="run SCRIPT on N ranks on this host through torchrun "
