@@ -120,12 +120,15 @@ def main() -> None:
     p.add_argument("--ranks", type=int, help=f"ranks (default {RANKS}, {RANKS_QUICK} quick)")
     p.add_argument("--events", type=int,
                    help=f"events per rank (default {EVENTS:,}, {EVENTS_QUICK:,} quick)")
-    p.add_argument("--reps", type=int, help="repetitions of each command (default 3, 1 quick)")
+    p.add_argument("--reps", type=int,
+                   help="repetitions of each command (default: 3 of ranks, 1 of merge and "
+                        "report; 1 of each with --quick)")
     args = common.parse_args(p)
     world = args.ranks or (RANKS_QUICK if args.quick else RANKS)
     events = args.events or (EVENTS_QUICK if args.quick else EVENTS)
     steps = STEPS_QUICK if args.quick else STEPS
-    reps = args.reps or (1 if args.quick else 3)
+    reps = {"ranks --json": args.reps or (1 if args.quick else 3),
+            "merge": args.reps or 1, "report": args.reps or 1}
     rows, raw = [], {}
     with tempfile.TemporaryDirectory(prefix="ranks_scale") as tmp:
         folder = os.path.join(tmp, "job")
@@ -142,7 +145,7 @@ def main() -> None:
         named = None
         for label, argv in commands.items():
             runs = []
-            for _ in range(reps):
+            for _ in range(reps[label]):
                 out = os.path.join(tmp, "stdout.txt")
                 runs.append(run_measured(argv, out))
                 if label == "ranks --json" and named is None:
@@ -168,7 +171,7 @@ def main() -> None:
              f"({'as expected' if ok else 'WRONG: expected ' + str([straggler])}) and "
              f"matched {matched:,} collectives.",
              "Each command runs in its own process (times are wall seconds, medians of the "
-             "repetitions; peak RSS is that process's `ru_maxrss`, the largest over the "
+             "repetitions, 3 of `ranks` and 1 of the others by default; peak RSS is that process's `ru_maxrss`, the largest over the "
              "repetitions). RSS / trace bytes compares with HTA's about 5x. torch has no "
              "counterpart (torch.profiler reads no other rank's trace), so there is no "
              "ratio to torch. No target yet: the store issue sets the budget."]
