@@ -100,18 +100,17 @@ def generate(folder: str, world: int, events: int, steps: int) -> int:
 def run_measured(argv: List[str], stdout_path: str) -> dict:
     """Run ``python -m opscope ARGV``; wall seconds and the child's peak RSS."""
     env = dict(os.environ, PYTHONPATH=str(common.REPO), OMP_NUM_THREADS="1")
-    with open(stdout_path, "w") as out:
+    with open(stdout_path, "w") as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "opscope", *argv], stdout=out,
-                                stderr=subprocess.PIPE, env=env, cwd=common.REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
+                                stderr=err, env=env, cwd=common.REPO)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
         seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode("utf-8", "replace")
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"ranks_scale: opscope {' '.join(argv)} failed "
-                         f"({proc.returncode}):\n{err[-3000:]}")
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"ranks_scale: opscope {' '.join(argv)} failed ({proc.returncode}):"
+                             f"\n{err.read().decode('utf-8', 'replace')[-3000:]}")
     return {"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024}
 
 
