@@ -33,7 +33,9 @@ function heatColor(v, lo, hi) {
 
 function rankHeatmap(h) {
   const values = h.ms.flat().filter(v => v !== null);
-  const lo = Math.min(...values), hi = Math.max(...values), inline = h.steps.length <= 30;
+  // a loop, not Math.min(...values): 64 ranks x 2000 steps is past the argument limit
+  const lo = values.reduce((a, v) => Math.min(a, v), Infinity);
+  const hi = values.reduce((a, v) => Math.max(a, v), -Infinity), inline = h.steps.length <= 30;
   const head = el("tr", {}, el("th", { text: "rank \\ step" }),
     h.steps.map(s => el("th", { text: String(s) })));
   const rows = h.ranks.map((rank, i) => el("tr", { "data-rank": rank },
