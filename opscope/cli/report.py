@@ -101,9 +101,10 @@ def write_job(args: argparse.Namespace, paths: list) -> int:
     from opscope.report import write_job_report
 
     folder = args.trace
-    target = output_path(args.output, os.path.join(folder, "x.json"))
     if not args.output or os.path.isdir(args.output):
-        target = os.path.join(os.path.dirname(target), JOB_REPORT_NAME)
+        target = os.path.join(args.output or folder, JOB_REPORT_NAME)
+    else:
+        target = output_path(args.output, folder)
     try:
         with progress(f"writing {terminal_safe(target)} from {len(paths)} rank traces"):
             write_job_report(paths, target, title=args.title or folder,
