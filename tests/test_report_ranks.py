@@ -190,3 +190,17 @@ def test_desync_in_a_browser(browser, artifacts, desync_report):  # noqa: F811
     text = page.js("document.getElementById('rank-desync').textContent")
     assert "collective #1" in text and "broadcast" in text and "allreduce" in text
     page.check_clean()
+
+
+def test_job_report_errors_are_one_line(desync_report, tmp_path, capsys):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["report", str(desync_report.parent), "-o", str(tmp_path / "nope" / "r.html")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("opscope: error: ") and str(tmp_path / "nope") in err
+    (desync_report.parent / "t.rank1.pt.trace.json").write_text('{"traceEvents": [')
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["report", str(desync_report.parent)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "t.rank1.pt.trace.json" in err, err
