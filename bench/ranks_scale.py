@@ -111,7 +111,8 @@ def run_measured(argv: List[str], stdout_path: str) -> dict:
             err.seek(0)
             raise SystemExit(f"ranks_scale: opscope {' '.join(argv)} failed ({proc.returncode}):"
                              f"\n{err.read().decode('utf-8', 'replace')[-3000:]}")
-    return {"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024}
+    return {"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024,
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
 def main() -> None:
@@ -154,8 +155,9 @@ def main() -> None:
             raw[label] = runs
             sec = [r["seconds"] for r in runs]
             rss = max(r["peak_rss"] for r in runs)
+            load = max(r["load_average"] for r in runs)
             rows.append([f"opscope {label}", world, per_rank, len(sec), common.median(sec),
-                         min(sec), round(rss / 2 ** 20), round(rss / trace_bytes, 2),
+                         min(sec), round(rss / 2 ** 20), round(rss / trace_bytes, 2), load,
                          common.command_line("ranks_scale.py")])
             for name in ("merged.pt.trace.json", "ranks.html"):
                 if os.path.exists(os.path.join(tmp, name)):
@@ -171,14 +173,16 @@ def main() -> None:
              f"matched {matched:,} collectives.",
              "Each command runs in its own process (times are wall seconds, medians of the "
              "repetitions, 3 of `ranks` and 1 of the others by default; peak RSS is that process's `ru_maxrss`, the largest over the "
-             "repetitions). RSS / trace bytes compares with HTA's about 5x. torch has no "
+             "repetitions). The load average column shows how busy this shared 2-core host was: "
+             "above 2, the times are stretched by other work. RSS / trace bytes compares with HTA's about 5x. torch has no "
              "counterpart (torch.profiler reads no other rank's trace), so there is no "
              "ratio to torch. No target yet: the store issue sets the budget."]
     common.finish({"title": "Multi-rank scale: ranks, merge and the job report",
                    "command": common.command_line("ranks_scale.py"),
                    "machine": common.machine_info(),
                    "columns": ["command", "ranks", "events per rank", "reps", "median s",
-                               "min s", "peak RSS MiB", "peak RSS / trace bytes", "reproduce"],
+                               "min s", "peak RSS MiB", "peak RSS / trace bytes",
+                               "load avg (1 min, highest at a run's end)", "reproduce"],
                    "rows": rows, "targets": [], "notes": notes,
                    "straggler_named": ok, "raw": raw}, args)
     if not ok:
