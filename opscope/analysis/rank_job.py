@@ -29,7 +29,6 @@ Example::
 from __future__ import annotations
 
 import gzip
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
