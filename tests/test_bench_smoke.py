@@ -32,6 +32,8 @@ EXPECTED = {
                                 ["| torch |", "| opscope |", "| empty loop (baseline) |"]),
     "feature_costs.py": ("| variant | iterations |",
                          ["| opscope alloc +memory |", "| opscope deep add +stack |"]),
+    "ranks_scale.py": ("| command | ranks |",
+                       ["| opscope ranks --json |", "| opscope merge |", "| opscope report |"]),
 }
 
 

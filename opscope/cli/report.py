@@ -2,11 +2,15 @@
 
 TRACE is a trace written by opscope or torch.profiler (``.json`` or
 ``.json.gz``), or a folder written by ``tensorboard_trace_handler`` (its
-newest trace is used). The report is one self-contained HTML file.
+newest trace is used). The report is one self-contained HTML file. A folder
+holding the per-rank traces of a torch.distributed job (two ranks or more) gives
+the job's report: a Ranks view (step times per rank, collectives, stragglers,
+desync, a timeline per rank) and the other views of the lowest rank.
 
 Example::
 
     $ opscope report out/demo.pt.trace.json -o demo.html
+    $ opscope report out/ranks/            # writes out/ranks/ranks.html
 """
 
 from __future__ import annotations
@@ -25,8 +29,15 @@ DESCRIPTION = """\
 Load TRACE (a .json or .json.gz trace written by opscope or torch.profiler, or
 a folder written by tensorboard_trace_handler, whose newest trace is used) and
 write one self-contained HTML file: step overview, operators, modules, flame
-graph, timeline, memory and recommendations. It opens offline in any browser."""
+graph, timeline, memory and recommendations. It opens offline in any browser.
+When TRACE is a folder of a distributed job's per-rank traces (two ranks or
+more, named by distributedInfo.rank or rank<R> in the file name), the report
+is the job's: a Ranks view with step time per rank and step, the collectives
+matched across ranks, the stragglers and desync, and a timeline per rank on
+aligned clocks; the other views show the lowest rank (default output:
+DIR/ranks.html)."""
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+JOB_REPORT_NAME = "ranks.html"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -68,12 +79,56 @@ def output_path(output: str, trace_file: str) -> str:
     return output
 
 
+def job_traces(folder: str) -> list:
+    """The traces of ``folder`` when they name two ranks or more (a job), else []."""
+    from opscope.analysis.rank_job import peek_rank
+    from opscope.analysis.rank_traces import RankTraceError, trace_paths
+
+    if not os.path.isdir(folder):
+        return []
+    try:
+        paths = trace_paths(folder)
+    except RankTraceError:
+        return []
+    ranks = {peek_rank(p) for p in paths} - {None}
+    return paths if len(ranks) >= 2 else []
+
+
+def write_job(args: argparse.Namespace, paths: list) -> int:
+    """Write the job report of the rank traces ``paths`` in the folder ``args.trace``."""
+    from opscope.analysis.rank_traces import RankTraceError
+    from opscope.load import TraceLoadError
+    from opscope.report import write_job_report
+
+    folder = args.trace
+    if not args.output or os.path.isdir(args.output):
+        target = os.path.join(args.output or folder, JOB_REPORT_NAME)
+    else:
+        target = output_path(args.output, folder)
+    try:
+        with progress(f"writing {terminal_safe(target)} from {len(paths)} rank traces"):
+            write_job_report(paths, target, title=args.title or folder,
+                             max_bytes=args.max_trace_size)
+    except (RankTraceError, TraceLoadError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except MemoryError:
+        raise UsageError(f"{folder!r}: not enough memory to load its traces") from None
+    except OSError as exc:
+        raise UsageError(f"argument -o/--output: cannot write {target!r} "
+                         f"({exc.strerror or exc})") from None
+    write_text(f"opscope: wrote report {target} (open it in a browser)\n", sys.stderr)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Load the trace and write its report; return the exit status."""
     from opscope.analysis.build import load_session
     from opscope.load import TraceLoadError, resolve_trace_path
     from opscope.report import write_report
 
+    paths = job_traces(args.trace)
+    if paths:
+        return write_job(args, paths)
     try:
         trace_file = resolve_trace_path(args.trace)
         target = output_path(args.output, trace_file)

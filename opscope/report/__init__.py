@@ -4,7 +4,9 @@
 ``prof.session``, or from a saved trace via ``opscope.analysis.build.load_session``)
 with views for the step overview, operators, modules, flame graph, timeline,
 memory and rule-based recommendations. All scripts and styles are inline:
-the file opens offline in any browser.
+the file opens offline in any browser. ``write_job_report(paths, path)`` does
+the same for a torch.distributed job's per-rank traces, adding the Ranks view
+(``opscope.report.ranks``); its other views show the lowest rank.
 
 Example::
 
@@ -20,13 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from opscope.export.atomic import PathLike, atomic_text_writer
 from opscope.export.output_path import check_output_path
 from opscope.model.session import ProfileSession
 from opscope.report.data import report_data
 from opscope.report.page import render_html
+from opscope.report.ranks import job_report_data
 
 
 def write_report(session: ProfileSession, path: PathLike, *,
@@ -42,4 +45,18 @@ def write_report(session: ProfileSession, path: PathLike, *,
         f.write(page)
 
 
-__all__ = ["write_report", "report_data", "render_html"]
+def write_job_report(paths: Sequence[str], path: PathLike, *, title: Optional[str] = None,
+                     max_bytes: Optional[int] = None) -> None:
+    """Write the HTML report of the job whose per-rank traces are ``paths`` (atomically).
+
+    The traces are read one at a time (see ``opscope.report.ranks``). Raises
+    ``opscope.analysis.rank_traces.RankTraceError`` when no trace names a rank
+    and ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
+    """
+    path = check_output_path("write_job_report", "path", path)
+    page = render_html(job_report_data(list(paths), title=title, max_bytes=max_bytes))
+    with atomic_text_writer(path) as f:
+        f.write(page)
+
+
+__all__ = ["write_report", "write_job_report", "report_data", "job_report_data", "render_html"]

@@ -21,6 +21,8 @@ from importlib import resources
 from typing import Any, Dict
 
 SCRIPTS = ("core.js", "overview.js", "operators.js", "flame.js", "timeline.js", "views.js")
+# a job's report (data with "ranks") adds the Ranks view; views.js stays last (it starts the page)
+JOB_SCRIPTS = SCRIPTS[:-1] + ("ranks.js", "ranks_timeline.js") + SCRIPTS[-1:]
 
 
 def asset(name: str) -> str:
@@ -61,7 +63,8 @@ def render_html(data: Dict[str, Any]) -> str:
     # a path or name may hold lone surrogates (undecodable bytes, JSON escapes): escape them
     title = str(data.get("meta", {}).get("title", "profile")).encode(
         "utf-8", "backslashreplace").decode("utf-8")
-    script = "\n".join(asset(name) for name in SCRIPTS)
+    names = JOB_SCRIPTS if "ranks" in data else SCRIPTS
+    script = "\n".join(asset(name) for name in names)
     if "</script" in script.lower() or "<!--" in script:
         raise ValueError("a report script contains '</script' or '<!--'")
     values = {"{{TITLE}}": html.escape(f"opscope report: {title}"),

@@ -1,0 +1,169 @@
+"""A job's rank traces read once for the report: the facts, each rank's steps, one session kept.
+
+``load_job(paths, visit=...)`` reads each rank trace once, as
+``opscope.analysis.rank_traces.load_ranks`` does (same ranks, same facts, one
+trace in memory at a time), and also keeps what the report's Ranks view needs
+beyond ``analyse_ranks``: each step's aligned start and duration per rank
+(:func:`step_times`, the heat map's cells), and the session of the lowest
+rank's first trace (the report's other views show it). ``visit(rank, path,
+session)`` sees every rank session before it is dropped (the report takes its
+timeline lanes there).
+
+:func:`peek_rank` reads only the head of a trace file, so ``opscope report
+DIR`` can tell a job's folder from one process's folder without loading it.
+
+Example::
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession, records_from_rows
+    >>> def ev(start_us, end_us, name_id):
+    ...     return (start_us * 1000, end_us * 1000, -1, name_id, 0, 0, 1, 0xFFFFFFFF, 7, 0, 0)
+    >>> names = ["ProfilerStep#4", "ProfilerStep#5"]
+    >>> raw = RawSession(records_from_rows([ev(0, 30, 0), ev(30, 80, 1)]), [], [1], names,
+    ...                  0, 80_000, 0)
+    >>> s = step_times(build_session(raw))
+    >>> s.numbers, s.dur_ns
+    ([4, 5], [30000, 50000])
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from opscope.analysis.rank_traces import (RankFacts, RankTraceError, clock_offset_ns,
+                                          rank_facts, rank_from_name, session_rank)
+from opscope.model.session import ProfileSession
+from opscope.model.torch_names import (DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
+                                       PROFILER_STEP_PREFIX)
+
+PEEK_BYTES = 1 << 16
+_PEEKED_RANK = re.compile(r'"' + DISTRIBUTED_INFO_KEY + r'"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_STEP_NUMBER = re.compile(r"#(\d+)$")
+
+
+@dataclass
+class StepTimes:
+    """One rank's steps: their numbers (``ProfilerStep#N``), aligned starts and durations (ns)."""
+
+    numbers: List[int] = field(default_factory=list)
+    start_ns: List[int] = field(default_factory=list)
+    dur_ns: List[int] = field(default_factory=list)
+
+    def add(self, other: "StepTimes") -> None:
+        """Append a later window of the same rank."""
+        self.numbers += other.numbers
+        self.start_ns += other.start_ns
+        self.dur_ns += other.dur_ns
+
+
+@dataclass
+class RankJob:
+    """The facts per rank (as ``load_ranks``), the steps per rank, and the session shown."""
+
+    facts: List[RankFacts]
+    steps: Dict[int, StepTimes]
+    session: ProfileSession  # the lowest rank's first trace
+    session_rank: int
+    session_path: str
+
+
+def step_times(session: ProfileSession, shift_ns: int = 0) -> StepTimes:
+    """The steps of ``session``: ProfilerStep ranges, else optimizer steps, else the window.
+
+    The same steps ``rank_traces`` counts. An optimizer step runs from the
+    previous one's end (the first event, for the first); steps without a
+    ``#N`` are numbered by their order. ``shift_ns`` moves starts onto the
+    job's clock.
+    """
+    table = session.table
+    if len(table) == 0:
+        return StepTimes()
+    names = table.symbols.names
+    for prefix in (PROFILER_STEP_PREFIX, OPTIMIZER_STEP_PREFIX):
+        ids = [i for i, n in enumerate(names) if n.startswith(prefix)]
+        rows = np.flatnonzero(np.isin(table.name_id, ids)) if ids else np.zeros(0, np.int64)
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(table.start_ns[rows], kind="stable")]
+        ends = table.end_ns[rows]
+        if prefix == PROFILER_STEP_PREFIX:
+            starts = table.start_ns[rows]
+            found = [_STEP_NUMBER.search(names[int(k)]) for k in table.name_id[rows]]
+            numbers = [int(m.group(1)) if m else k for k, m in enumerate(found)]
+        else:
+            starts = np.concatenate(([table.start_ns.min()], ends[:-1]))
+            numbers = list(range(len(rows)))
+        return StepTimes(numbers, (starts + shift_ns).tolist(), (ends - starts).tolist())
+    start = int(table.start_ns.min())
+    return StepTimes([0], [start + shift_ns], [int(table.end_ns.max()) - start])
+
+
+def peek_rank(path: str) -> Optional[int]:
+    """The rank a trace names, from its file name or the head of the file; None if neither.
+
+    Reads at most ``PEEK_BYTES`` (inflated), never the whole trace: a trace
+    whose ``distributedInfo`` sits later is only found by loading it.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(path, "w").write('{"distributedInfo": {"backend": "gloo", "rank": 3}}')
+    >>> peek_rank(path), peek_rank("/no/such/w.rank2.json"), peek_rank("/no/such.json")
+    (3, 2, None)
+    """
+    rank = rank_from_name(path)
+    if rank is not None:
+        return rank
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(PEEK_BYTES).decode("utf-8", "replace")
+    except (OSError, EOFError, ValueError):
+        return None
+    match = _PEEKED_RANK.search(head)
+    return int(match.group(1)) if match else None
+
+
+def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
+             visit: Optional[Callable[[int, str, ProfileSession], None]] = None) -> RankJob:
+    """Read the rank traces among ``paths`` once each; see the module docstring.
+
+    Raises :class:`RankTraceError` when no trace names a rank, and
+    ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
+
+    >>> load_job([])
+    Traceback (most recent call last):
+    ...
+    opscope.analysis.rank_traces.RankTraceError: no rank traces given
+    """
+    from opscope.analysis.build import load_session
+
+    by_rank: Dict[int, RankFacts] = {}
+    steps: Dict[int, StepTimes] = {}
+    shown: Optional[tuple] = None
+    for path in paths:
+        session = load_session(path, max_bytes=max_bytes)
+        rank = session_rank(session, path)
+        if rank is None:
+            continue
+        facts = rank_facts(session, path, rank)
+        times = step_times(session, session.epoch_offset_ns + clock_offset_ns(session))
+        if rank in by_rank:
+            by_rank[rank].add(facts)
+            steps[rank].add(times)
+        else:
+            by_rank[rank], steps[rank] = facts, times
+        if visit is not None:
+            visit(rank, path, session)
+        if shown is None or rank < shown[0]:
+            shown = (rank, path, session)
+        del session  # the shown session and one other in memory at a time
+    if shown is None:
+        raise RankTraceError("no rank traces given" if not paths else
+                             "no trace names its rank (distributedInfo.rank in the trace, "
+                             "or rank<R> in the file name)")
+    return RankJob([by_rank[r] for r in sorted(by_rank)], steps, shown[2], shown[0], shown[1])
