@@ -50,6 +50,7 @@ const CATEGORY_COLORS = {
   "view/reshape": "#d4a6c8", "norm/reduce": "#499894", "elementwise": "#59a14f",
   "other ops": "#9c755f", "backward": "#f28e2b", "optimizer": "#edc948",
   "data loading": "#b07aa1", "Python/other": "#a0cbe8", "idle": "#e8e8e8",
+  "autograd engine": "#ffbe7d",
 };
 function hashColor(name) {
   let h = 0;
