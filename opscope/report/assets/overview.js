@@ -92,6 +92,9 @@ VIEWS.overview = function (section) {
        el("span", { text: "fastest – slowest" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.std) }), el("span", { text: "std deviation" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.p90) }), el("span", { text: "p90 step" }))));
+  if (!ov.has_steps) section.append(el("p", { class: "muted", id: "no-steps", text: "No ProfilerStep#N " +
+    "ranges and no optimizer.step() were recorded, so the whole session is one step. Profile with a " +
+    "schedule and call prof.step() once per iteration to get per-step times." }));
   section.append(el("h2", { text: "Step time, broken down" }));
   if (ov.steps_shown < sp.count)
     section.append(el("p", { class: "muted",
