@@ -1,4 +1,5 @@
-// Operators: key_averages() rows, sortable and searchable, with a drill-down per op.
+// Operators: key_averages() rows (sorted by self time by default), sortable and searchable,
+// with a drill-down per op.
 "use strict";
 const OP_RENDER_LIMIT = 3000;
 
@@ -57,7 +58,7 @@ function operatorDetail(row) {
 
 VIEWS.operators = function (section) {
   const ops = DATA.operators, cols = operatorColumns(ops);
-  const state = { sort: null, dir: -1, filter: "", selected: null };
+  const state = { sort: cols.find(c => c.key === "self_us"), dir: -1, filter: "", selected: null };
   const tbody = el("tbody"), count = el("span", { class: "muted", id: "op-count" });
   const detail = el("div");
   const headers = cols.map(col => el("th", { class: col.cls || null, "data-key": col.key, text: col.title,
@@ -97,8 +98,8 @@ VIEWS.operators = function (section) {
   }
   section.append(el("div", { class: "toolbar" }, search, count,
     el("span", { class: "muted",
-      text: "Rows as key_averages(); click a header to sort, a row for details." })));
-  section.append(el("div", { class: "tablewrap" },
+      text: "Rows as key_averages(), by self time; click a header to sort, a row for details." })));
+  section.append(el("div", { class: "tablewrap grow" },
     el("table", { class: "grid", id: "op-table" }, el("thead", {}, el("tr", {}, headers)), tbody)));
   section.append(detail);
   draw();
