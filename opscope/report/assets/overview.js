@@ -1,12 +1,5 @@
 // Overview: summary cards, step-time breakdown chart, spread, top ops and modules.
 "use strict";
-const SVG_NS = "http://www.w3.org/2000/svg";
-function svg(tag, attrs, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
 
 function stepChart(ov, width) {
   const steps = ov.steps, cats = ov.categories, height = 240, left = 70, bottom = 34;
