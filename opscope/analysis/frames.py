@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import List, Sequence
 
 PLUMBING = (
-    ("torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl")),
+    ("torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl", "inner")),
     ("torch/utils/_contextlib.py", ("decorate_context",)),
     ("torch/optim/optimizer.py", ("wrapper", "_use_grad", "maybe_fallback")),
     ("torch/_tensor.py", ("backward",)),

@@ -5,7 +5,7 @@ breakdown, the operator rows) plus a few vectorised counts over the table,
 and returns None or a ``Recommendation``. A rule fires only when the time it
 points at is at least ``MATERIAL_SHARE`` of the step time (its evidence says
 so), and the page lists the rules that fired by the time they could save,
-largest first.
+largest first (advice that only informs, severity "info", after the rest).
 
 Example::
 
@@ -229,5 +229,5 @@ def recommendations(session: ProfileSession, overview: Dict[str, Any],
     """Every rule that fires, as dicts for the page, the largest possible saving first."""
     inputs = RuleInputs(session, overview, operators)
     found = [r for r in (rule(inputs) for rule in RULES) if r is not None]
-    found.sort(key=lambda r: -r.saving_us)
+    found.sort(key=lambda r: (r.severity == "info", -r.saving_us))
     return [r.as_dict() for r in found]
