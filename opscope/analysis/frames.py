@@ -3,9 +3,11 @@
 A stack recorded with ``with_stack`` is mostly torch's own call machinery: each
 ``module(x)`` adds ``torch/nn/modules/module.py`` ``_wrapped_call_impl`` and
 ``_call_impl``, a ``no_grad`` decorator adds ``decorate_context``, ``loss.backward()``
-adds three frames of ``torch/autograd``. They say nothing about the user's code,
-and they push the user's own line out of a capped stack. ``PLUMBING`` lists them as
-(file inside the torch package, function); a frame is ``path(line): function``.
+adds three frames of ``torch/autograd``, and ``opscope run`` starts the script
+through ``runpy`` and its own runner. They say nothing about the user's code, and
+they push the user's own line out of a capped stack. ``PLUMBING`` lists them as
+(file inside the torch package, function), ``LAUNCHERS`` as files whose every
+frame is plumbing; a frame is ``path(line): function``.
 
 Example::
 
@@ -13,6 +15,8 @@ Example::
     True
     >>> is_plumbing("torch/nn/modules/linear.py(125): forward"), is_plumbing("train.py(9): step")
     (False, False)
+    >>> is_plumbing("<frozen runpy>(88): _run_code"), is_plumbing("opscope/script.py(82): run_script")
+    (True, True)
     >>> fold_frames(["m.py(3): forward", "torch/nn/modules/module.py(1762): _call_impl", "t.py(9): main"])
     ['m.py(3): forward', 't.py(9): main']
 """
@@ -33,6 +37,8 @@ PLUMBING = (
     ("torch/_dynamo/eval_frame.py", ("_fn", "__call__")),
     ("torch/_compile.py", ("inner",)),
 )
+LAUNCHERS = ("<frozen runpy>", "runpy.py", "opscope/__main__.py", "opscope/cli/main.py",
+             "opscope/cli/run.py", "opscope/script.py")
 _FRAME = re.compile(r"(?P<path>.*)\(\d+\): (?P<function>.*)\Z", re.DOTALL)
 
 
@@ -44,8 +50,11 @@ def is_plumbing(frame: str) -> bool:
         return False
     path = m.group("path").replace("\\", "/")
     function = m.group("function")
-    return any((path == suffix or path.endswith("/" + suffix)) and function in functions
-               for suffix, functions in PLUMBING)
+    def is_file(suffix: str) -> bool:
+        return path == suffix or path.endswith("/" + suffix)
+
+    return any(is_file(f) for f in LAUNCHERS) or any(
+        is_file(suffix) and function in functions for suffix, functions in PLUMBING)
 
 
 def fold_frames(frames: Sequence[str]) -> List[str]:

@@ -78,7 +78,7 @@ VIEWS.operators = function (section) {
   const ops = DATA.operators, cols = operatorColumns(ops);
   const state = { sort: cols.find(c => c.key === "self_us"), dir: -1, filter: "", selected: null };
   const tbody = el("tbody"), count = el("span", { class: "muted", id: "op-count" });
-  const detail = el("div");
+  const detail = el("div", { class: "detail-dock" });   // sticks to the window's bottom
   const headers = cols.map(col => el("th", { class: col.cls || null, "data-key": col.key, text: col.title,
     title: "click to sort", onclick: () => {
       state.dir = state.sort === col ? -state.dir : (col.key === "name" ? 1 : -1);
@@ -106,7 +106,12 @@ VIEWS.operators = function (section) {
           state.selected = i;
           for (const other of tbody.querySelectorAll("tr.selected")) other.classList.remove("selected");
           tr.classList.add("selected");
-          const show = () => detail.replaceChildren(operatorDetail(r, show));
+          const show = () => detail.replaceChildren(operatorDetail(r, show), el("button", {
+            class: "close", title: "close", text: "×", onclick: () => {
+              state.selected = null;
+              tr.classList.remove("selected");
+              detail.replaceChildren();
+            } }));
           show();
         } }, cols.map(col => el("td", { class: col.cls || null, text: col.text(r), title: col.text(r) })));
       return tr;
