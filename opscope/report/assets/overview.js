@@ -88,6 +88,10 @@ VIEWS.overview = function (section) {
   if (!ov.has_steps) section.append(el("p", { class: "muted", id: "no-steps", text: "No ProfilerStep#N " +
     "ranges and no optimizer.step() were recorded, so the whole session is one step. Profile with a " +
     "schedule and call prof.step() once per iteration to get per-step times." }));
+  if (ov.step_source === "optimizer.step") section.append(el("p", { class: "muted", id: "step-note",
+    text: "No ProfilerStep#N ranges: a step ends where each optimizer.step() ends. The first step " +
+      "starts at the first recorded event, so it also holds any setup before the loop; time after " +
+      "the last optimizer.step() is in no step." }));
   section.append(el("h2", { text: "Step time, broken down" }));
   if (ov.steps_shown < sp.count)
     section.append(el("p", { class: "muted",
