@@ -125,8 +125,8 @@ def test_call_sites_come_from_stacks():
                       Op("aten::mm", 60, 65, stack=["model.py(12): head", "train.py(4): main"])])
     rows = {r["name"]: r for r in report_data(s)["operators"]["rows"]}
     assert rows["aten::mm"]["stacks"] == [
-        [["model.py(9): forward", "train.py(4): main"], 2, 30.0],
-        [["model.py(12): head", "train.py(4): main"], 1, 5.0]]
+        [["model.py(9): forward", "train.py(4): main"], 2, 30.0, None],
+        [["model.py(12): head", "train.py(4): main"], 1, 5.0, None]]
 
 
 def test_flame_tree_is_export_stacks_data():

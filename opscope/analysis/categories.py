@@ -12,6 +12,11 @@ Every event's self time goes to exactly one category:
   recorded ran on that thread then), and ``Python/other`` for the rest
   (user ranges' self time, Python frames).
 
+Backward time is also split by the same op kinds (:func:`backward_parts`): an
+op inside backward counts as the kind of its outermost op (``MmBackward0``'s
+``aten::mm`` is matmul/conv), and the autograd engine's own time outside any op
+is ``AUTOGRAD_ENGINE``. The parts add up to the ``backward`` category.
+
 Example::
 
     >>> op_kind("aten::addmm"), op_kind("aten::_to_copy"), op_kind("my_op")
@@ -55,6 +60,8 @@ OP_KINDS: List[Tuple[str, str]] = [
 OTHER_OPS = "other ops"
 KIND_NAMES = [k for k, _ in OP_KINDS] + [OTHER_OPS]
 CATEGORY_NAMES = list(KIND_NAMES) + [BACKWARD, OPTIMIZER, DATA_LOADING, PYTHON_OTHER, IDLE]
+AUTOGRAD_ENGINE = "autograd engine"
+BACKWARD_PART_NAMES = list(KIND_NAMES) + [AUTOGRAD_ENGINE]  # backward, by op kind
 
 _KIND_PATTERNS = [(kind, re.compile(pattern + r"\Z")) for kind, pattern in OP_KINDS]
 # namespaces and names that look like ops but are torch's own ranges
@@ -95,6 +102,16 @@ def is_op_name(name: str) -> bool:
 
 def event_categories(table: EventTable) -> np.ndarray:
     """Per event: an index into ``CATEGORY_NAMES`` for its self time."""
+    return category_codes(table)[0]
+
+
+def backward_parts(table: EventTable) -> np.ndarray:
+    """Per event: an index into ``BACKWARD_PART_NAMES`` for backward time; -1 outside backward."""
+    return category_codes(table)[1]
+
+
+def category_codes(table: EventTable) -> Tuple[np.ndarray, np.ndarray]:
+    """Both :func:`event_categories` and :func:`backward_parts`, computed in one pass."""
     n = len(table)
     names = table.symbols.names
     contexts = [context_of_name(nm) for nm in names]
@@ -104,7 +121,7 @@ def event_categories(table: EventTable) -> np.ndarray:
                           for nm in names] or [-1], dtype=np.int64)
     is_step = np.array([nm.startswith(PROFILER_STEP_PREFIX) for nm in names] or [False])
     if n == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     nid = table.name_id
     own_context = context_code[nid]
     own_context[table.scope == SCOPE_BACKWARD_FUNCTION] = CONTEXTS.index(BACKWARD)
@@ -116,7 +133,10 @@ def event_categories(table: EventTable) -> np.ndarray:
                            CATEGORY_NAMES.index(PYTHON_OTHER))
     category = np.where(kind >= 0, kind, outside_ops)
     context_category = np.array([CATEGORY_NAMES.index(c) for c in CONTEXTS])
-    return np.where(context >= 0, context_category[np.maximum(context, 0)], category)
+    category = np.where(context >= 0, context_category[np.maximum(context, 0)], category)
+    in_backward = category == CATEGORY_NAMES.index(BACKWARD)
+    backward = np.where(in_backward, np.where(kind >= 0, kind, len(KIND_NAMES)), -1)
+    return category, backward
 
 
 def top_level_ops(table: EventTable) -> np.ndarray:

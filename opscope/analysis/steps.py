@@ -1,11 +1,20 @@
-"""Step time: each ``ProfilerStep#N`` range's duration split by category, and the spread.
+"""Step time: each step's duration split by category, and the spread.
+
+The steps are, in order of preference:
+
+1. the ``ProfilerStep#N`` ranges (a schedule's ``prof.step()``);
+2. without them, the optimizer steps: torch records an ``Optimizer.step#<Class>.step``
+   range around each ``optimizer.step()``, and a step ends where one ends
+   (:func:`optimizer_step_rows`). The first step starts at the first event on that
+   thread; time after the last optimizer step belongs to no step;
+3. without either, the session's busiest thread over the whole window is one
+   pseudo-step (``WHOLE_SESSION``).
 
 Each step's time is split by ``categories.event_categories``: the self time of
-every event in the step (``facts.event_steps``: nested in the step's range, so
-on the step's thread) goes to one category, and the step range's own self time
-is ``idle``. The parts of a step therefore add up to its duration. Without step
-ranges (no schedule) the session's busiest thread over the whole window is one
-pseudo-step.
+every event in the step goes to one category, and time in the step where
+nothing recorded ran on its thread is ``idle``. The parts of a step therefore add
+up to its duration. Backward time is split once more by op kind
+(``categories.backward_parts``); those parts add up to the ``backward`` category.
 
 Example::
 
@@ -19,6 +28,15 @@ Example::
     ...                                             0, 100_000, 0)))
     >>> b.names, {c: v for c, v in zip(CATEGORY_NAMES, b.parts_us[0].tolist()) if v}
     (['ProfilerStep#1'], {'matmul/conv': 30.0, 'optimizer': 40.0, 'idle': 30.0})
+
+Without the ``ProfilerStep#1`` range, two optimizer steps make two steps::
+
+    >>> rows = [ev(0, 10, 0), ev(10, 20, 1, 7), ev(25, 30, 0), ev(30, 40, 1, 7)]
+    >>> names = ["aten::mm", "Optimizer.step#SGD.step"]
+    >>> b = step_breakdown(build_session(RawSession(records_from_rows(rows), [], [1], names,
+    ...                                             0, 50_000, 0)))
+    >>> b.names, b.dur_ns, b.source
+    (['step 1', 'step 2'], [20000, 20000], 'optimizer.step')
 """
 
 from __future__ import annotations
@@ -28,11 +46,15 @@ from typing import Dict, List
 
 import numpy as np
 
-from opscope.analysis.categories import CATEGORY_NAMES, IDLE, event_categories
+from opscope.analysis.ancestry import nearest_marked
+from opscope.analysis.categories import (BACKWARD_PART_NAMES, CATEGORY_NAMES, IDLE,
+                                         category_codes)
 from opscope.analysis.facts import event_steps, step_ranges
 from opscope.model.session import ProfileSession
+from opscope.model.torch_names import OPTIMIZER_STEP_PREFIX
 
 WHOLE_SESSION = "whole session"
+PROFILER_STEPS, OPTIMIZER_STEPS = "ProfilerStep", "optimizer.step"
 
 
 @dataclass
@@ -40,14 +62,22 @@ class StepBreakdown:
     """Per step: name, start (ns since the table's base), duration (ns), time per category.
 
     ``parts_us[k, c]`` is step ``k``'s time in ``CATEGORY_NAMES[c]``, in us.
-    ``has_steps`` is False when the one step is the ``WHOLE_SESSION`` pseudo-step.
+    ``backward_us[k, j]`` is its backward time in ``BACKWARD_PART_NAMES[j]``.
+    ``source`` says where the steps come from: ``PROFILER_STEPS``, ``OPTIMIZER_STEPS``,
+    or "" for the one ``WHOLE_SESSION`` pseudo-step (then ``has_steps`` is False).
     """
 
     names: List[str]
     start_ns: List[int]
     dur_ns: List[int]
     parts_us: np.ndarray
-    has_steps: bool
+    backward_us: np.ndarray
+    source: str
+
+    @property
+    def has_steps(self) -> bool:
+        """True unless the one step is the whole session."""
+        return bool(self.source)
 
 
 def busiest_thread(session: ProfileSession) -> int:
@@ -60,32 +90,93 @@ def busiest_thread(session: ProfileSession) -> int:
     return int(np.argmax(busy))
 
 
+def optimizer_step_rows(session: ProfileSession) -> np.ndarray:
+    """Rows of the outermost ``Optimizer.step#...`` ranges on the first one's thread, in order.
+
+    Each ends a step when the session has no ``ProfilerStep#N`` ranges.
+    """
+    return session.derived("optimizer_steps", _optimizer_step_rows)
+
+
+def _optimizer_step_rows(session: ProfileSession) -> np.ndarray:
+    table = session.table
+    ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(OPTIMIZER_STEP_PREFIX)]
+    if not ids or len(table) == 0:
+        return np.zeros(0, dtype=np.int64)
+    marked = np.isin(table.name_id, ids)
+    above = nearest_marked(table.parent, marked)  # the nearest optimizer step, itself included
+    parent_step = np.where(table.parent >= 0, above[np.maximum(table.parent, 0)], -1)
+    rows = np.flatnonzero(marked & (parent_step < 0))
+    return rows[table.thread_index[rows] == table.thread_index[rows[0]]]
+
+
 def step_breakdown(session: ProfileSession) -> StepBreakdown:
     """The steps' names, starts, durations and time per category (see the module doc)."""
     table = session.table
-    ncat = len(CATEGORY_NAMES)
-    category = event_categories(table)
+    category, backward = category_codes(table)
     steps = step_ranges(session)
     if len(steps):
         step_of = event_steps(session)
-        inside = step_of >= 0
-        parts = np.bincount(step_of[inside] * ncat + category[inside],
-                            weights=table.self_ns[inside], minlength=len(steps) * ncat)
+        parts, bwd = _bins(step_of, category, backward, table.self_ns, len(steps))
         return StepBreakdown([table.name(i) for i in steps.tolist()],
                              (table.start_ns[steps] - table.base_ns).tolist(),
                              (table.end_ns[steps] - table.start_ns[steps]).tolist(),
-                             parts.reshape(len(steps), ncat) / 1000.0, True)
+                             parts, bwd, PROFILER_STEPS)
     if len(table) == 0:
-        return StepBreakdown([], [], [], np.zeros((0, ncat)), False)
+        return StepBreakdown([], [], [], np.zeros((0, len(CATEGORY_NAMES))),
+                             np.zeros((0, len(BACKWARD_PART_NAMES))), "")
+    optimizer = optimizer_step_rows(session)
+    if len(optimizer):
+        return _optimizer_steps(session, optimizer, category, backward)
+    return _whole_session(session, category, backward)
+
+
+def _bins(step_of: np.ndarray, category: np.ndarray, backward: np.ndarray,
+          self_ns: np.ndarray, n_steps: int) -> tuple:
+    """Self time (us) per (step, category) and per (step, backward part); step -1 is dropped."""
+    ncat, nbwd = len(CATEGORY_NAMES), len(BACKWARD_PART_NAMES)
+    inside = step_of >= 0
+    parts = np.bincount(step_of[inside] * ncat + category[inside], weights=self_ns[inside],
+                        minlength=n_steps * ncat).reshape(n_steps, ncat)
+    in_bwd = inside & (backward >= 0)
+    bwd = np.bincount(step_of[in_bwd] * nbwd + backward[in_bwd], weights=self_ns[in_bwd],
+                      minlength=n_steps * nbwd).reshape(n_steps, nbwd)
+    return parts / 1000.0, bwd / 1000.0
+
+
+def _optimizer_steps(session: ProfileSession, optimizer: np.ndarray, category: np.ndarray,
+                     backward: np.ndarray) -> StepBreakdown:
+    """Steps ending at each optimizer step; an event counts when it lies inside one step."""
+    table = session.table
+    mine = table.thread_index == table.thread_index[optimizer[0]]
+    ends = table.end_ns[optimizer].astype(np.int64)
+    first = int(table.start_ns[mine].min())
+    starts = np.concatenate([[min(first, int(ends[0]))], ends[:-1]])
+    after = np.searchsorted(ends, table.start_ns, side="right")  # first step ending later
+    k = np.minimum(after, len(ends) - 1)
+    # an event that spans a boundary (a range around the whole loop) counts in no step
+    fits = mine & (after < len(ends)) & (table.start_ns >= starts[k]) & (table.end_ns <= ends[k])
+    step_of = np.where(fits, k, -1)
+    parts, bwd = _bins(step_of, category, backward, table.self_ns, len(ends))
+    dur = ends - starts
+    parts[:, CATEGORY_NAMES.index(IDLE)] += np.maximum(0.0, dur / 1000.0 - parts.sum(axis=1))
+    return StepBreakdown([f"step {i + 1}" for i in range(len(ends))],
+                         (starts - table.base_ns).tolist(), dur.tolist(), parts, bwd,
+                         OPTIMIZER_STEPS)
+
+
+def _whole_session(session: ProfileSession, category: np.ndarray,
+                   backward: np.ndarray) -> StepBreakdown:
+    table = session.table
     thread = busiest_thread(session)
     mine = table.thread_index == thread
-    parts = np.bincount(category[mine], weights=table.self_ns[mine], minlength=ncat)
+    parts, bwd = _bins(np.where(mine, 0, -1), category, backward, table.self_ns, 1)
     window = max(int(session.stop_ns - session.start_ns),
                  int(table.end_ns.max() - table.start_ns.min()))
     covered = int(table.duration_ns[mine & (table.parent < 0)].sum())
-    parts[CATEGORY_NAMES.index(IDLE)] += max(0, window - covered)
+    parts[0, CATEGORY_NAMES.index(IDLE)] += max(0, window - covered) / 1000.0
     start = min(int(session.start_ns), int(table.start_ns.min())) - table.base_ns
-    return StepBreakdown([WHOLE_SESSION], [start], [window], (parts / 1000.0)[None, :], False)
+    return StepBreakdown([WHOLE_SESSION], [start], [window], parts, bwd, "")
 
 
 def spread(durations: List[float]) -> Dict[str, float]:

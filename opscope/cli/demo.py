@@ -2,8 +2,9 @@
 
 A tiny transformer block (attention plus MLP, from ``torch.nn``) trains on
 random data with SGD for ``--steps`` steps under
-``schedule(wait=1, warmup=1, active=steps-2, repeat=1)``; the table is
-printed, the trace written as ``DIR/demo.pt.trace.json`` and the HTML report
+``schedule(wait=1, warmup=1, active=steps-2, repeat=1)`` with every option
+on (``DEMO_OPTIONS``: shapes, memory, stacks, FLOPs, modules), so each view of
+the report has data; the table is printed, the trace written as ``DIR/demo.pt.trace.json`` and the HTML report
 as ``DIR/demo.html``.
 
 Example::
@@ -28,6 +29,8 @@ SUMMARY = "profile a tiny built-in model training for a few steps"
 DEFAULT_STEPS = 5
 WAIT, WARMUP = 1, 1
 STEM = "demo"
+DEMO_OPTIONS = {"record_shapes": True, "profile_memory": True, "with_stack": True,
+                "with_flops": True, "with_modules": True}
 
 
 class TinyBlock(nn.Module):
@@ -101,8 +104,7 @@ def main(args: argparse.Namespace) -> int:
     writer = WindowWriter(folder, args.output_dir, STEM, by_step=False,
                           outputs=OUTPUTS + [REPORT])
     spec = ScheduleSpec(WAIT, WARMUP, args.steps - WAIT - WARMUP, repeat=1)
-    prof = opscope.profile(schedule=make_schedule(spec), on_trace_ready=writer,
-                           record_shapes=True)
+    prof = opscope.profile(schedule=make_schedule(spec), on_trace_ready=writer, **DEMO_OPTIONS)
     warm_up_collector()
     start_profiler(prof)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 PROFILER_STEP = "ProfilerStep"              # one range per profile.step(): ProfilerStep#N
 PROFILER_STEP_PREFIX = PROFILER_STEP + "#"
 PROFILER_STEP_WILDCARD = PROFILER_STEP + "*"  # how torch's tables name the steps together
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"     # one range per optimizer.step(): ...#SGD.step
 MEMORY_EVENT = "[memory]"                   # an allocation made outside any op
 AUTOGRAD_ENGINE_PREFIX = "autograd::engine::"  # ranges the autograd engine records
 # autograd's wrapper around each backward node: "<prefix><NodeName>"

@@ -8,7 +8,9 @@ The ``ProfilerStep#N`` ranges merge into one ``ProfilerStep*`` frame (as
 Nodes below ``MIN_SHARE`` of the total are pruned (their time stays in the
 parent's total) and the tree is capped at ``MAX_NODES`` nodes.
 
-A node is ``[name index, total us, children]``.
+A node is ``[name index, total us, children]``. ``plumbing`` lists the name
+indices of torch's call-machinery frames (``opscope.analysis.frames``), which
+the page folds away by default (their children move up to their parent).
 
 Example::
 
@@ -19,8 +21,8 @@ Example::
     >>> raw = RawSession(records_from_rows(rows), [], [1], ["my step", "aten::mm"],
     ...                  0, 60_000, 0)
     >>> f = flame_tree(build_session(raw))
-    >>> f["names"], f["tree"]
-    (['all', 'my step', 'aten::mm'], [0, 50.0, [[1, 50.0, [[2, 20.0, []]]]]])
+    >>> f["names"], f["tree"], f["plumbing"]
+    (['all', 'my step', 'aten::mm'], [0, 50.0, [[1, 50.0, [[2, 20.0, []]]]]], [])
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from opscope.analysis.aggregate import display_name
+from opscope.analysis.frames import is_plumbing
 from opscope.export.stacks import collapsed_stacks, frame_text
 from opscope.model.session import ProfileSession
 
@@ -98,7 +101,9 @@ def flame_tree(session: ProfileSession) -> Dict[str, Any]:
     tree = encode(root)
     used = _used_names(tree)
     remap = {old: new for new, old in enumerate(sorted(used))}
-    return {"names": [names[i] for i in sorted(used)], "tree": _renumber(tree, remap)}
+    shown_names = [names[i] for i in sorted(used)]
+    return {"names": shown_names, "tree": _renumber(tree, remap),
+            "plumbing": [k for k, name in enumerate(shown_names) if is_plumbing(name)]}
 
 
 def _floor(root: _Node, floor: float) -> float:

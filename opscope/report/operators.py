@@ -5,6 +5,10 @@ session (same keys, same order, same counts), so the page shows what
 ``prof.key_averages().table()`` prints. Per row, the details hold the most
 frequent input shapes (with ``record_shapes``), the ranges and ops it was
 called from, and its Python call sites (with ``with_stack``), each capped.
+A call site is ``[frames, calls, self us, frames with torch's]``: the frames
+innermost first without torch's plumbing (``opscope.analysis.frames``), so the
+user's own lines come first and fit the cap, grouped by those; the last item is
+one such stack with torch's frames kept (None when it has none).
 
 Example::
 
@@ -29,6 +33,7 @@ import numpy as np
 
 from opscope.analysis.aggregate import key_averages
 from opscope.analysis.facts import event_flops, event_memory, shapes_recorded
+from opscope.analysis.frames import fold_frames, is_plumbing
 from opscope.analysis.op_details import caller_names, key_rows, top_groups
 from opscope.model.session import ProfileSession
 
@@ -88,13 +93,35 @@ def _stack_details(session: ProfileSession, event_row: np.ndarray,
                    n_rows: int) -> Optional[List[list]]:
     stacks = session.stacks or []
     ids: Dict[tuple, int] = {}
+    full: List[Optional[list]] = []
     label = np.full(len(event_row), -1, dtype=np.int64)
+    folded_of: Dict[tuple, tuple] = {}
     for i, frames in enumerate(stacks):
-        if frames:
-            label[i] = ids.setdefault(tuple(frames[:STACK_FRAMES]), len(ids))
+        if not frames:
+            continue
+        whole = tuple(frames)
+        key = folded_of.get(whole)
+        if key is None:
+            key = folded_of[whole] = tuple(fold_frames(frames)[:STACK_FRAMES])
+        k = ids.get(key)
+        if k is None:
+            k = ids[key] = len(ids)
+            full.append(_with_torch_frames(frames, len(key)))
+        label[i] = k
     if not ids:
         return None
     frames_of = list(ids)
     groups = top_groups(event_row, label, session.table.self_ns / 1000.0, n_rows,
                          DETAIL_LIMIT)
-    return [[[list(frames_of[k]), c, _round(w)] for k, c, w in g] for g in groups]
+    return [[[list(frames_of[k]), c, _round(w), full[k]] for k, c, w in g] for g in groups]
+
+
+def _with_torch_frames(frames: list, kept: int) -> Optional[list]:
+    """``frames`` up to the ``kept``-th frame that folding keeps; None if nothing is folded."""
+    out, seen = [], 0
+    for frame in frames:
+        if seen == kept:
+            break
+        out.append(frame)
+        seen += not is_plumbing(frame)
+    return None if len(out) == kept else out

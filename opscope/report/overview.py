@@ -1,8 +1,10 @@
 """The Overview's data: each step's time per category, the steps' spread, top ops.
 
 The numbers are ``opscope.analysis.steps.step_breakdown`` (one row per
-``ProfilerStep#N`` range, or the whole session as one pseudo-step); this module
-rounds them into the page's rows (``assets/overview.js``).
+``ProfilerStep#N`` range, else per optimizer step, else the whole session as one
+pseudo-step); this module rounds them into the page's rows (``assets/overview.js``).
+``backward`` holds the backward time per step split by op kind; its parts add up
+to the ``backward`` category.
 
 Example::
 
@@ -17,6 +19,8 @@ Example::
     >>> step = o["steps"][0]
     >>> {c: v for c, v in zip(o["categories"], step["parts"]) if v}
     {'matmul/conv': 30.0, 'optimizer': 40.0, 'idle': 30.0}
+    >>> o["step_source"], o["backward"]["totals"][-1]
+    ('ProfilerStep', 0.0)
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from opscope.analysis.categories import CATEGORY_NAMES
+from opscope.analysis.categories import BACKWARD_PART_NAMES, CATEGORY_NAMES
 from opscope.analysis.steps import spread, step_breakdown
 from opscope.model.session import ProfileSession
 
@@ -40,7 +44,9 @@ def step_overview(session: ProfileSession) -> Dict[str, Any]:
     return {"categories": list(CATEGORY_NAMES), "steps": out_steps,
             "totals": [round(float(v), 3) for v in totals],
             "spread": spread([s["dur_us"] for s in out_steps]),
-            "has_steps": b.has_steps}
+            "has_steps": b.has_steps, "step_source": b.source,
+            "backward": {"parts": list(BACKWARD_PART_NAMES),
+                         "totals": [round(float(v), 3) for v in b.backward_us.sum(axis=0)]}}
 
 
 def _step(name: str, start_ns: int, dur_ns: int, parts: np.ndarray) -> Dict[str, Any]:

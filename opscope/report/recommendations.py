@@ -2,14 +2,17 @@
 
 Every rule reads the aggregates the report already computed (the step
 breakdown, the operator rows) plus a few vectorised counts over the table,
-and returns None or a ``Recommendation``. ``RULES`` lists them in the order
-the page shows them.
+and returns None or a ``Recommendation``. A rule fires only when the time it
+points at is at least ``MATERIAL_SHARE`` of the step time (its evidence says
+so), and the page lists the rules that fired by the time they could save,
+largest first (advice that only informs, severity "info", after the rest).
 
 Example::
 
-    >>> r = Recommendation("data", "Data loading", "use workers", ["12% of step time"])
-    >>> r.as_dict()["evidence"]
-    ['12% of step time']
+    >>> r = Recommendation("data", "Data loading", "use workers", ["12% of step time"],
+    ...                    saving_us=120.0)
+    >>> r.as_dict()["evidence"], r.as_dict()["saving_us"]
+    (['12% of step time'], 120.0)
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import numpy as np
 from opscope.analysis.categories import DATA_LOADING, OPTIMIZER, op_kind, top_level_ops
 from opscope.analysis.facts import shapes_recorded
 from opscope.model.session import ProfileSession
-from opscope.model.torch_names import PROFILER_STEP, PROFILER_STEP_PREFIX
 
+MATERIAL_SHARE = 0.05  # a rule fires only on at least this share of step time
 DATA_LOADING_SHARE = 0.05
 SHORT_OP_US = 10.0
 SHORT_OP_TIME_SHARE = 0.5
@@ -45,6 +48,7 @@ class Recommendation:
     advice: str
     evidence: List[str] = field(default_factory=list)
     severity: str = "medium"
+    saving_us: float = 0.0  # the time the advice could save, over all steps
 
     def as_dict(self) -> Dict[str, Any]:
         """The recommendation as the page's JSON object."""
@@ -71,6 +75,16 @@ class RuleInputs:
         """Summed duration of the steps shown, in us."""
         return sum(s["dur_us"] for s in self.overview["steps"])
 
+    def material(self, cost_us: float) -> bool:
+        """True when ``cost_us`` is at least ``MATERIAL_SHARE`` of the step time."""
+        total = self.step_total_us
+        return total > 0 and cost_us >= MATERIAL_SHARE * total
+
+    def share_text(self, cost_us: float) -> str:
+        """``cost_us`` as a share of step time, with the threshold rules fire at."""
+        return (f"{_pct(cost_us / max(self.step_total_us, 1e-9))} of step time "
+                f"(rules fire at {_pct(MATERIAL_SHARE)} or more)")
+
     @property
     def n_steps(self) -> int:
         """Number of steps (at least 1, so per-step figures never divide by 0)."""
@@ -88,7 +102,7 @@ def _us(x: float) -> str:
 def data_loading(f: RuleInputs) -> Optional[Recommendation]:
     """Fires when data loading takes more than ``DATA_LOADING_SHARE`` of step time."""
     spent, total = f.share(DATA_LOADING)
-    if total <= 0 or spent / total <= DATA_LOADING_SHARE:
+    if total <= 0 or spent / total <= DATA_LOADING_SHARE or not f.material(spent):
         return None
     return Recommendation(
         "data-loading", "Data loading takes a large share of each step",
@@ -97,7 +111,7 @@ def data_loading(f: RuleInputs) -> Optional[Recommendation]:
         "out of the training loop.",
         [f"data loading: {_pct(spent / total)} of step time "
          f"({_us(spent / f.n_steps)} of {_us(total / f.n_steps)} per step), "
-         f"above the {_pct(DATA_LOADING_SHARE)} threshold"], "high")
+         f"above the {_pct(DATA_LOADING_SHARE)} threshold"], "high", spent)
 
 
 def host_bound(f: RuleInputs) -> Optional[Recommendation]:
@@ -112,7 +126,10 @@ def host_bound(f: RuleInputs) -> Optional[Recommendation]:
     short = dur_us < SHORT_OP_US
     count_share = float(short.mean())
     time_share = float(dur_us[short].sum() / max(dur_us.sum(), 1e-9))
+    short_us = float(dur_us[short].sum())
     if time_share < SHORT_OP_TIME_SHARE and count_share < SHORT_OP_COUNT_SHARE:
+        return None
+    if not f.material(short_us):
         return None
     return Recommendation(
         "host-bound", "Steps are dominated by ops shorter than 10 us (host-bound)",
@@ -120,8 +137,9 @@ def host_bound(f: RuleInputs) -> Optional[Recommendation]:
         "torch.compile, replay with CUDA graphs on a GPU, or use larger batches.",
         [f"{int(short.sum())} of {len(dur_us)} top-level ops ({_pct(count_share)}) ran "
          f"shorter than {SHORT_OP_US:.0f} us",
-         f"they take {_pct(time_share)} of top-level op time",
-         f"median top-level op: {float(np.median(dur_us)):.1f} us"], "high")
+         f"they take {_pct(time_share)} of top-level op time, "
+         f"{f.share_text(short_us)}",
+         f"median top-level op: {float(np.median(dur_us)):.1f} us"], "high", short_us)
 
 
 def small_copies(f: RuleInputs) -> Optional[Recommendation]:
@@ -131,7 +149,8 @@ def small_copies(f: RuleInputs) -> Optional[Recommendation]:
     total_us = sum(r["total_us"] for r in rows)
     if not rows or calls / f.n_steps < COPY_CALLS_PER_STEP or total_us / calls >= SMALL_COPY_US:
         return None
-    step_total = f.step_total_us
+    if not f.material(total_us):
+        return None
     parts = ", ".join(f"{r['name']} x{r['calls']}" for r in rows)
     return Recommendation(
         "small-copies", "Many small aten::copy_ / aten::to calls",
@@ -140,14 +159,13 @@ def small_copies(f: RuleInputs) -> Optional[Recommendation]:
         ".to()/.float()/.cpu() inside the loop.",
         [f"{calls} calls ({parts}), {calls / f.n_steps:.0f} per step",
          f"average {total_us / calls:.1f} us per call (below {SMALL_COPY_US:.0f} us)",
-         f"{_us(total_us)} in total" + (f", {_pct(total_us / step_total)} of step time"
-                                         if step_total > 0 else "")])
+         f"{_us(total_us)} in total, {f.share_text(total_us)}"], saving_us=total_us)
 
 
 def optimizer_share(f: RuleInputs) -> Optional[Recommendation]:
     """Fires when the optimizer takes at least ``OPTIMIZER_SHARE`` of step time."""
     spent, total = f.share(OPTIMIZER)
-    if total <= 0 or spent / total < OPTIMIZER_SHARE:
+    if total <= 0 or spent / total < OPTIMIZER_SHARE or not f.material(spent):
         return None
     foreach = any(r["name"].startswith("aten::_foreach_") for r in f.operators["rows"])
     advice = ("The optimizer already uses foreach kernels; try fused=True (Adam, AdamW, SGD) "
@@ -158,7 +176,7 @@ def optimizer_share(f: RuleInputs) -> Optional[Recommendation]:
         "optimizer", "The optimizer step is a large share of step time", advice,
         [f"optimizer: {_pct(spent / total)} of step time ({_us(spent / f.n_steps)} per step), "
          f"above the {_pct(OPTIMIZER_SHARE)} threshold",
-         "foreach kernels seen: " + ("yes" if foreach else "no")])
+         "foreach kernels seen: " + ("yes" if foreach else "no")], saving_us=spent)
 
 
 def missing_shapes(f: RuleInputs) -> Optional[Recommendation]:
@@ -169,7 +187,8 @@ def missing_shapes(f: RuleInputs) -> Optional[Recommendation]:
                  key=lambda r: -r["self_us"])[:3]
     hot = [r for r in ops if op_kind(r["name"]) in SHAPE_KINDS]
     total = f.operators["self_total_us"]
-    if not hot or total <= 0:
+    hot_us = sum(r["self_us"] for r in hot)
+    if not hot or total <= 0 or not f.material(hot_us):
         return None
     return Recommendation(
         "shapes", "Record input shapes to see which matmul/conv sizes cost the time",
@@ -177,7 +196,8 @@ def missing_shapes(f: RuleInputs) -> Optional[Recommendation]:
         "then lists each op's input shapes, and key_averages(group_by_input_shape=True) "
         "splits the rows by shape.",
         [f"{r['name']}: {_pct(r['self_us'] / total)} of self time, {r['calls']} calls, "
-         f"no shapes recorded" for r in hot], "info")
+         f"no shapes recorded" for r in hot] + [f"together {f.share_text(hot_us)}"],
+        "info", hot_us)
 
 
 def step_spread(f: RuleInputs) -> Optional[Recommendation]:
@@ -185,39 +205,29 @@ def step_spread(f: RuleInputs) -> Optional[Recommendation]:
     spread = f.overview["spread"]
     if spread.get("count", 0) < 3 or spread["max"] <= STEP_SPREAD * spread["median"]:
         return None
+    slow_us = sum(max(0.0, s["dur_us"] - spread["median"]) for s in f.overview["steps"])
+    if not f.material(slow_us):
+        return None
     return Recommendation(
         "spread", "Step times vary a lot",
         "Look at the slowest steps in the Timeline: a first-iteration warm-up, garbage "
         "collection, data stalls or logging every N steps are the usual causes.",
         [f"slowest step {_us(spread['max'])} is {spread['max'] / spread['median']:.1f}x the "
          f"median {_us(spread['median'])} (fastest {_us(spread['min'])}, "
-         f"{spread['count']} steps)"], "info")
-
-
-def no_steps(f: RuleInputs) -> Optional[Recommendation]:
-    """Fires when the session has no ``ProfilerStep#N`` ranges."""
-    if f.overview["has_steps"] or len(f.session.table) == 0:
-        return None
-    return Recommendation(
-        "no-steps", f"No {PROFILER_STEP} ranges: the overview treats the session as one step",
-        "Profile with a schedule and call prof.step() once per iteration (opscope run does "
-        "this at each optimizer.step()) to get per-step times and their spread.",
-        [f"0 {PROFILER_STEP_PREFIX}N ranges recorded"], "info")
+         f"{spread['count']} steps)",
+         f"time above the median step: {_us(slow_us)}, {f.share_text(slow_us)}"],
+        "info", slow_us)
 
 
 RULES: List[Callable[[RuleInputs], Optional[Recommendation]]] = [
     data_loading, host_bound, small_copies, optimizer_share, missing_shapes, step_spread,
-    no_steps,
 ]
 
 
 def recommendations(session: ProfileSession, overview: Dict[str, Any],
                     operators: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Every rule that fires, as dicts for the page."""
+    """Every rule that fires, as dicts for the page, the largest possible saving first."""
     inputs = RuleInputs(session, overview, operators)
-    out = []
-    for rule in RULES:
-        found = rule(inputs)
-        if found is not None:
-            out.append(found.as_dict())
-    return out
+    found = [r for r in (rule(inputs) for rule in RULES) if r is not None]
+    found.sort(key=lambda r: (r.severity == "info", -r.saving_us))
+    return [r.as_dict() for r in found]

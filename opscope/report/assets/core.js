@@ -22,6 +22,15 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// An SVG element, as el() builds HTML ones.
+const SVG_NS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
 // Units as torch.profiler's table prints them.
 function fmtUs(us) {
   if (us === null || us === undefined || !isFinite(us)) return "";
@@ -50,6 +59,7 @@ const CATEGORY_COLORS = {
   "view/reshape": "#d4a6c8", "norm/reduce": "#499894", "elementwise": "#59a14f",
   "other ops": "#9c755f", "backward": "#f28e2b", "optimizer": "#edc948",
   "data loading": "#b07aa1", "Python/other": "#a0cbe8", "idle": "#e8e8e8",
+  "autograd engine": "#ffbe7d",
 };
 function hashColor(name) {
   let h = 0;
@@ -92,6 +102,40 @@ function fitCanvas(canvas, width, height) {
   return ctx;
 }
 
+// Round values from t0 to t1, about `count` of them (steps of 1, 2 or 5 times a power of ten).
+function niceTicks(t0, t1, count) {
+  const span = t1 - t0;
+  if (!(span > 0)) return [t0];
+  const raw = span / count, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(m => m * p).find(s => s >= raw);
+  const out = [];
+  for (let t = Math.ceil(t0 / step) * step; t <= t1 + step * 1e-9; t += step) out.push(t);
+  return out;
+}
+
+// Touches a view gets after it is drawn, by view name (views.js's charts, drawn elsewhere).
+const AFTER_VIEW = {};
+
+// The memory chart's x axis: time labels (the trace's clock, as the peak card says),
+// in the chart's plot box (views.js: 80 px left, 10 px right, 30 px below, 10 px above).
+AFTER_VIEW.memory = function (section) {
+  const chart = section.querySelector("#memory-chart"), mem = DATA.memory;
+  if (!chart || !mem || !mem.times_us.length) return;
+  const width = Number(chart.getAttribute("width")), height = Number(chart.getAttribute("height"));
+  const left = 80, right = width - 10, bottom = height - 30, times = mem.times_us;
+  const t0 = times[0], t1 = Math.max(times[times.length - 1], t0 + 1e-9);
+  const axis = svg("g", { id: "memory-x-axis" });
+  axis.append(svg("line", { x1: left, x2: right, y1: bottom, y2: bottom, stroke: "#8b93a5" }));
+  for (const t of niceTicks(t0, t1, Math.max(2, Math.floor((right - left) / 110)))) {
+    const x = left + (right - left) * (t - t0) / (t1 - t0);
+    axis.append(svg("line", { x1: x, x2: x, y1: bottom, y2: bottom + 4, stroke: "#8b93a5" }));
+    const label = svg("text", { x, y: bottom + 16, "text-anchor": "middle", class: "time-tick" });
+    label.textContent = fmtUs(t);
+    axis.append(label);
+  }
+  chart.append(axis);
+};
+
 function showView(name) {
   if (!VIEWS[name]) name = "overview";
   for (const button of document.querySelectorAll("#tabs button"))
@@ -102,6 +146,7 @@ function showView(name) {
   if (!report.rendered[name]) {
     report.rendered[name] = true;
     VIEWS[name](section);
+    if (AFTER_VIEW[name]) AFTER_VIEW[name](section);
   }
   report.current = name;
   if (location.hash !== "#" + name) history.replaceState(null, "", "#" + name);

@@ -1,12 +1,31 @@
 // Flame graph: an icicle of export_stacks' paths (root on top); click a frame to zoom.
+// torch's plumbing frames (flame.plumbing) are folded by default; a checkbox shows them.
 "use strict";
 const FLAME_ROW = 18;
 
-function flattenFlame(flame) {
+// The tree without the plumbing frames: their children join their parent, merged by name.
+function foldFlame(flame) {
+  const skip = new Set(flame.plumbing || []);
+  function kids(children) {
+    const out = new Map();
+    (function add(list) {
+      for (const c of list) {
+        if (skip.has(c[0])) { add(c[2]); continue; }
+        const have = out.get(c[0]);
+        if (have) { have[1] += c[1]; have[2] = have[2].concat(c[2]); }
+        else out.set(c[0], [c[0], c[1], c[2]]);
+      }
+    })(children);
+    return [...out.values()].map(c => [c[0], c[1], kids(c[2])]).sort((a, b) => b[1] - a[1]);
+  }
+  return skip.size ? [flame.tree[0], flame.tree[1], kids(flame.tree[2])] : flame.tree;
+}
+
+function flattenFlame(names, tree) {
   const nodes = [];   // {name, total, x, depth, parent, children}
   (function walk(node, x, depth, parent) {
     const index = nodes.length;
-    const entry = { name: flame.names[node[0]], total: node[1], x, depth, parent, children: [] };
+    const entry = { name: names[node[0]], total: node[1], x, depth, parent, children: [] };
     nodes.push(entry);
     let cx = x;
     for (const child of node[2]) {
@@ -15,14 +34,19 @@ function flattenFlame(flame) {
     }
     entry.self = node[1] - (cx - x);
     return index;
-  })(flame.tree, 0, 0, -1);
+  })(tree, 0, 0, -1);
   return nodes;
 }
 
 VIEWS.flame = function (section) {
-  const nodes = flattenFlame(DATA.flame);
-  const maxDepth = Math.max(...nodes.map(n => n.depth));
+  const flame = DATA.flame, folded = foldFlame(flame);
+  let nodes = flattenFlame(flame.names, folded), height = 0;
   const rootTotal = nodes[0].total;
+  const toggle = el("input", { type: "checkbox", id: "flame-torch-frames", onchange: () => {
+    nodes = flattenFlame(flame.names, toggle.checked ? flame.tree : folded);
+    report.flame.nodes = nodes;
+    zoom(0);
+  } });
   const crumbs = el("div", { class: "crumbs", id: "flame-crumbs" });
   const canvas = el("canvas", { id: "flame-canvas" });
   const box = el("div", { class: "canvasbox" }, canvas);
@@ -30,9 +54,10 @@ VIEWS.flame = function (section) {
     el("span", { class: "muted", text: `Self CPU time by path, as export_stacks writes it ` +
       `(${nodes.length} frames; total ${fmtUs(rootTotal)}; ProfilerStep#N merged into ` +
       `ProfilerStep*). Click a frame to zoom, ` +
-      `a frame above it or a crumb to zoom out.` })), crumbs, box);
+      `a frame above it or a crumb to zoom out.` }),
+    (flame.plumbing || []).length ? el("label", {}, toggle, " show torch's frames (module " +
+      "_call_impl, ...)") : null), crumbs, box);
   const state = { focus: 0, width: 800 };
-  const height = (maxDepth + 1) * FLAME_ROW + 2;
 
   function inFocus(i) {   // the focus node, its ancestors and its descendants
     for (let k = i; k >= 0; k = nodes[k].parent) if (k === state.focus) return true;
@@ -47,6 +72,7 @@ VIEWS.flame = function (section) {
   }
   function draw() {
     state.width = Math.max(320, box.clientWidth || section.clientWidth || 900);
+    height = (Math.max(...nodes.map(n => n.depth)) + 1) * FLAME_ROW + 2;
     const ctx = fitCanvas(canvas, state.width, height);
     ctx.clearRect(0, 0, state.width, height);
     ctx.font = "11px system-ui, sans-serif";
@@ -94,7 +120,7 @@ VIEWS.flame = function (section) {
   canvas.addEventListener("mouseleave", hideTip);
   window.addEventListener("resize", () => { if (section.classList.contains("active")) draw(); });
   report.flame = {
-    nodes, zoom, focusName: () => nodes[state.focus].name,
+    nodes, zoom, folded: () => !toggle.checked, focusName: () => nodes[state.focus].name,
     // Client-pixel box of the widest visible frame called `name` (for tests and links).
     boxOf(name) {
       let best = -1;

@@ -1,4 +1,5 @@
-// Operators: key_averages() rows, sortable and searchable, with a drill-down per op.
+// Operators: key_averages() rows (sorted by self time by default), sortable and searchable,
+// with a drill-down per op.
 "use strict";
 const OP_RENDER_LIMIT = 3000;
 
@@ -40,7 +41,27 @@ function detailList(title, items, render, empty) {
   return box;
 }
 
-function operatorDetail(row) {
+// Call sites show the user's frames, innermost first; torch's plumbing frames (module
+// _call_impl, ...) are folded unless the checkbox asks for them (site[3]: with them).
+const siteState = { torchFrames: false };
+function callSites(row, redraw) {
+  const box = detailList("Call sites (Python stacks, innermost first)", row.stacks, site =>
+    el("tr", { class: "site" }, el("td", { class: "name" }, el("pre", {
+      text: (siteState.torchFrames && site[3] ? site[3] : site[0]).join("\n") })),
+    el("td", { text: `${site[1]} calls` }), el("td", { text: fmtUs(site[2]) + " self" })),
+    "not recorded (profile with with_stack=True)");
+  if (row.stacks && row.stacks.some(site => site[3])) {
+    const toggle = el("input", { type: "checkbox", id: "op-torch-frames", onchange: () => {
+      siteState.torchFrames = toggle.checked;
+      redraw();
+    } });
+    toggle.checked = siteState.torchFrames;
+    box.firstChild.after(el("label", { class: "muted" }, " ", toggle, " show torch's frames"));
+  }
+  return box;
+}
+
+function operatorDetail(row, redraw) {
   const calls = (c, w) => [el("td", { text: `${c} calls` }), el("td", { text: fmtUs(w) + " self" })];
   return el("div", { class: "detail", id: "op-detail" },
     el("h3", { text: row.name }),
@@ -50,16 +71,14 @@ function operatorDetail(row) {
       ...calls(c, w)), "not recorded (profile with record_shapes=True)"),
     detailList("Called from", row.callers, ([n, c, w]) => el("tr", {}, el("td", { class: "name", text: n }),
       ...calls(c, w)), "top-level only"),
-    detailList("Call sites (Python stacks, innermost first)", row.stacks, ([frames, c, w]) =>
-      el("tr", {}, el("td", { class: "name" }, el("pre", { text: frames.join("\n") })), ...calls(c, w)),
-      "not recorded (profile with with_stack=True)"));
+    callSites(row, redraw));
 }
 
 VIEWS.operators = function (section) {
   const ops = DATA.operators, cols = operatorColumns(ops);
-  const state = { sort: null, dir: -1, filter: "", selected: null };
+  const state = { sort: cols.find(c => c.key === "self_us"), dir: -1, filter: "", selected: null };
   const tbody = el("tbody"), count = el("span", { class: "muted", id: "op-count" });
-  const detail = el("div");
+  const detail = el("div", { class: "detail-dock" });   // sticks to the window's bottom
   const headers = cols.map(col => el("th", { class: col.cls || null, "data-key": col.key, text: col.title,
     title: "click to sort", onclick: () => {
       state.dir = state.sort === col ? -state.dir : (col.key === "name" ? 1 : -1);
@@ -87,7 +106,13 @@ VIEWS.operators = function (section) {
           state.selected = i;
           for (const other of tbody.querySelectorAll("tr.selected")) other.classList.remove("selected");
           tr.classList.add("selected");
-          detail.replaceChildren(operatorDetail(r));
+          const show = () => detail.replaceChildren(operatorDetail(r, show), el("button", {
+            class: "close", title: "close", text: "×", onclick: () => {
+              state.selected = null;
+              tr.classList.remove("selected");
+              detail.replaceChildren();
+            } }));
+          show();
         } }, cols.map(col => el("td", { class: col.cls || null, text: col.text(r), title: col.text(r) })));
       return tr;
     }));
@@ -97,8 +122,8 @@ VIEWS.operators = function (section) {
   }
   section.append(el("div", { class: "toolbar" }, search, count,
     el("span", { class: "muted",
-      text: "Rows as key_averages(); click a header to sort, a row for details." })));
-  section.append(el("div", { class: "tablewrap" },
+      text: "Rows as key_averages(), by self time; click a header to sort, a row for details." })));
+  section.append(el("div", { class: "tablewrap grow" },
     el("table", { class: "grid", id: "op-table" }, el("thead", {}, el("tr", {}, headers)), tbody)));
   section.append(detail);
   draw();

@@ -1,12 +1,5 @@
 // Overview: summary cards, step-time breakdown chart, spread, top ops and modules.
 "use strict";
-const SVG_NS = "http://www.w3.org/2000/svg";
-function svg(tag, attrs, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
 
 function stepChart(ov, width) {
   const steps = ov.steps, cats = ov.categories, height = 240, left = 70, bottom = 34;
@@ -40,7 +33,7 @@ function stepChart(ov, width) {
     if (i % every === 0) {
       const label = svg("text", { x: left + (i + 0.5) * barW, y: height - bottom + 16,
                                   "text-anchor": "middle" });
-      label.textContent = step.name.replace("ProfilerStep", "");
+      label.textContent = step.name.replace("ProfilerStep", "").replace("step ", "#");
       g.append(label);
     }
     root.append(g);
@@ -53,14 +46,24 @@ function categoryTable(ov) {
   const rows = ov.categories.map((c, k) => [c, ov.totals[k]]).filter(r => r[1] > 0)
     .sort((a, b) => b[1] - a[1]);
   const perStep = Math.max(1, ov.spread.count || 1);
+  const swatch = c => el("i", { style: `display:inline-block;width:10px;height:10px;` +
+    `margin-right:6px;background:${CATEGORY_COLORS[c] || "#999"}` });
+  const bwd = ov.backward;
+  const bwdRows = c => c !== "backward" || !bwd ? [] : bwd.parts.map((p, k) => [p, bwd.totals[k]])
+    .filter(r => r[1] > 0).sort((a, b) => b[1] - a[1]).map(([p, t]) =>
+      el("tr", { class: "sub", "data-backward-part": p, "data-us": String(t) },
+        el("td", { class: "name" }, swatch(p), p), el("td", { text: fmtUs(t / perStep) }),
+        el("td", { text: fmtPct(t, total) })));
   return el("table", { class: "grid", id: "category-table" },
     el("thead", {}, el("tr", {}, el("th", { class: "name", text: "Category" }),
       el("th", { text: "Time per step" }), el("th", { text: "Share" }))),
-    el("tbody", {}, rows.map(([c, t]) => el("tr", {},
-      el("td", { class: "name" }, el("i", { style: `display:inline-block;width:10px;height:10px;` +
-        `margin-right:6px;background:${CATEGORY_COLORS[c]}` }), c),
-      el("td", { text: fmtUs(t / perStep) }), el("td", { text: fmtPct(t, total) })))));
+    el("tbody", {}, rows.flatMap(([c, t]) => [el("tr", { "data-category": c, "data-us": String(t) },
+      el("td", { class: "name" }, swatch(c), c),
+      el("td", { text: fmtUs(t / perStep) }), el("td", { text: fmtPct(t, total) })), ...bwdRows(c)])));
 }
+
+const STEP_SOURCES = { "ProfilerStep": "steps (ProfilerStep#N)",
+                       "optimizer.step": "steps (one per optimizer.step())" };
 
 function topTable(id, rows, columns) {
   return el("table", { class: "grid", id },
@@ -75,13 +78,20 @@ VIEWS.overview = function (section) {
   if (!ov.steps.length) { section.append(el("p", { text: "No events were recorded." })); return; }
   section.append(el("div", { class: "cards" },
     el("div", { class: "card" }, el("b", { text: String(sp.count) }),
-       el("span", { text: ov.has_steps ? "steps (ProfilerStep#N)" : "no steps: whole session" })),
+       el("span", { text: STEP_SOURCES[ov.step_source] || "no steps: whole session" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.median) }), el("span", { text: "median step" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.mean) }), el("span", { text: "mean step" })),
     el("div", { class: "card" }, el("b", { text: `${fmtUs(sp.min)} – ${fmtUs(sp.max)}` }),
        el("span", { text: "fastest – slowest" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.std) }), el("span", { text: "std deviation" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.p90) }), el("span", { text: "p90 step" }))));
+  if (!ov.has_steps) section.append(el("p", { class: "muted", id: "no-steps", text: "No ProfilerStep#N " +
+    "ranges and no optimizer.step() were recorded, so the whole session is one step. Profile with a " +
+    "schedule and call prof.step() once per iteration to get per-step times." }));
+  if (ov.step_source === "optimizer.step") section.append(el("p", { class: "muted", id: "step-note",
+    text: "No ProfilerStep#N ranges: a step ends where each optimizer.step() ends. The first step " +
+      "starts at the first recorded event, so it also holds any setup before the loop; time after " +
+      "the last optimizer.step() is in no step." }));
   section.append(el("h2", { text: "Step time, broken down" }));
   if (ov.steps_shown < sp.count)
     section.append(el("p", { class: "muted",
@@ -93,7 +103,8 @@ VIEWS.overview = function (section) {
   section.append(el("p", { class: "muted", text: "Each event's self time counts once: ops by the kind of " +
     "their outermost op, unless inside the optimizer, backward or data loading; idle is the step " +
     "range's own time (nothing recorded ran on its thread); Python/other is time in user ranges " +
-    "and Python frames outside ops." }));
+    "and Python frames outside ops. Backward is split again by the kind of op inside it " +
+    "(indented rows); autograd engine is backward time outside any op." }));
   section.append(categoryTable(ov));
   section.append(el("h2", { text: "Top 10 operators by self time" }));
   const self = DATA.operators.self_total_us;
