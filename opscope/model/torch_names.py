@@ -45,4 +45,3 @@ COLLECTIVE_KINDS = {
     "recvanysource": "recv", "sendrecv": "sendrecv",
 }
 POINT_TO_POINT_KINDS = frozenset({"send", "recv", "sendrecv"})
-OPTIMIZER_STEP_PREFIX = "Optimizer.step#"   # torch's range around each optimizer.step()
