@@ -52,3 +52,13 @@ def test_a_thread_python_does_not_know_keeps_the_id_label(tmp_path):
     events = json.loads(open(path).read())["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {111: "MainThread", 222: "thread 222 (python)"}
+
+
+def test_report_timeline_lanes_carry_the_thread_name():
+    from opscope.report.timeline import timeline_lanes
+
+    with opscope.profile() as prof:
+        torch.ones(3) + 1
+    lanes = timeline_lanes(prof.session)["lanes"]
+    main = [lane for lane in lanes if lane["tid"] == threading.get_native_id()]
+    assert main and main[0]["thread"] == "MainThread"

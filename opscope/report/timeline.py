@@ -69,8 +69,9 @@ def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str
         rows = np.flatnonzero(thread == t)
         rows = rows[np.lexsort((depth[rows], start[rows]))]
         s = start[rows]
+        tid = int(os_tid[keep[rows[0]]]) if n else 0
         lanes.append({
-            "tid": int(os_tid[keep[rows[0]]]) if n else 0,
+            "tid": tid, "thread": session.thread_names.get(tid, ""),  # Python's name, if any
             "events": int(np.count_nonzero(table.thread_index == t)),
             "start": np.diff(s, prepend=0).tolist(),
             "dur": dur[rows].tolist(), "self": self_ns[rows].tolist(),

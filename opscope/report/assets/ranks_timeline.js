@@ -96,7 +96,7 @@ function rankTimeline(box, tl) {
         ctx.fillStyle = "#f0f2f6";
         ctx.fillRect(0, lane.y, state.width, TL_HEAD - 2);
         ctx.fillStyle = "#1d2330";
-        ctx.fillText(`rank ${g.rank} · thread ${lane.tid} · ${lane.events.toLocaleString()} events`,
+        ctx.fillText(`rank ${g.rank} · ${laneLabel(lane)} · ${lane.events.toLocaleString()} events`,
                      16, lane.y + TL_HEAD / 2);
         drawLane(ctx, lane);
       }
@@ -131,7 +131,7 @@ function rankTimeline(box, tl) {
     const hit = eventAt(x, yy);
     if (!hit) { hideTip(); return; }
     const [g, lane, i] = hit;
-    showTip(e, `${tl.names[lane.name[i]]}\nrank ${g.rank} · thread ${lane.tid}\nstart ` +
+    showTip(e, `${tl.names[lane.name[i]]}\nrank ${g.rank} · ${laneLabel(lane)}\nstart ` +
       `${fmtUs(lane.start[i] / 1000)} · duration ${fmtUs(lane.dur[i] / 1000)}`);
   });
   canvas.addEventListener("mouseleave", hideTip);

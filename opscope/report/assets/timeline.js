@@ -1,6 +1,11 @@
 // Timeline: per-thread lanes of nested ranges on a canvas; wheel or +/- to zoom,
 // drag or a/d to pan, hover for details.
 "use strict";
+
+// A lane's title: the Python thread's name (MainThread) with its id, else the id.
+function laneLabel(lane) {
+  return lane.thread ? `${lane.thread} (thread ${lane.tid})` : `thread ${lane.tid}`;
+}
 const TL_ROW = 16, TL_HEAD = 20, TL_AXIS = 22;
 
 function decodeLanes(tl) {
@@ -10,7 +15,7 @@ function decodeLanes(tl) {
     for (let i = 0; i < n; i++) { t += lane.start[i]; start[i] = t; }
     const byDepth = [];
     for (let i = 0; i < n; i++) (byDepth[lane.depth[i]] = byDepth[lane.depth[i]] || []).push(i);
-    return { tid: lane.tid, events: lane.events, start, dur: lane.dur, self: lane.self,
+    return { tid: lane.tid, thread: lane.thread, events: lane.events, start, dur: lane.dur, self: lane.self,
              depth: lane.depth, name: lane.name, byDepth, rows: Math.max(1, byDepth.length) };
   });
 }
@@ -71,7 +76,7 @@ VIEWS.timeline = function (section) {
       ctx.fillStyle = "#f0f2f6";
       ctx.fillRect(0, lane.y, state.width, TL_HEAD - 2);
       ctx.fillStyle = "#1d2330";
-      ctx.fillText(`thread ${lane.tid} · ${lane.events.toLocaleString()} events`, 6, lane.y + TL_HEAD / 2);
+      ctx.fillText(`${laneLabel(lane)} · ${lane.events.toLocaleString()} events`, 6, lane.y + TL_HEAD / 2);
       lane.byDepth.forEach((list, depth) => {
         if (!list) return;
         const top = lane.y + TL_HEAD + depth * TL_ROW;
@@ -147,7 +152,7 @@ VIEWS.timeline = function (section) {
     const [lane, i] = hit;
     showTip(e, `${tl.names[lane.name[i]]}\nstart ${fmtUs(lane.start[i] / 1000)} · duration ` +
       `${fmtUs(lane.dur[i] / 1000)} · self ${fmtUs(lane.self[i] / 1000)}` +
-      `\nthread ${lane.tid} · depth ${lane.depth[i]}`);
+      `\n${laneLabel(lane)} · depth ${lane.depth[i]}`);
   });
   canvas.addEventListener("mouseleave", hideTip);
   canvas.addEventListener("keydown", e => {
