@@ -88,7 +88,7 @@ def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
     assert {d["onDemand"]["request"] for d in docs} == {docs[0]["onDemand"]["request"]}
     assert all(d["onDemand"]["origin_rank"] == 1 for d in docs)
     again = [json.loads(Path(p).read_text()) for p in both.stdout.split()]
-    assert [d["distributedInfo"]["rank"] for d in again] == [0, 1]
+    assert sorted(d["distributedInfo"]["rank"] for d in again) == [0, 1]  # as they came
     assert len({json.dumps(d["onDemand"]) for d in again}) == 1
     assert again[0]["onDemand"]["first_step"] > windows[0][0] + STEPS
 

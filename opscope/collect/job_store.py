@@ -31,11 +31,13 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 KEY_PREFIX = "opscope"
 STORE_TIMEOUT_S = 5.0  # a clone's timeout: a call on a store that stopped answering
+EXIT_WAIT_S = STORE_TIMEOUT_S + 1.0  # the most exit waits for a thread inside a store call
 _shutdown = threading.Event()
+_threads: List[threading.Thread] = []
 _warned = set()
 
 
@@ -158,8 +160,15 @@ def stopping() -> bool:
 
 
 def start_daemon(target: Callable[[], None], name: str) -> threading.Thread:
-    """Start ``target`` on a daemon thread (it never keeps the process alive)."""
+    """Start ``target`` on a daemon thread (it never keeps the process alive).
+
+    ``target`` must end soon after :func:`stopping` turns True: at exit the
+    thread is waited for (at most :data:`EXIT_WAIT_S`), because a thread
+    still inside a store call when the interpreter finalises aborts the
+    process.
+    """
     thread = threading.Thread(target=target, name=name, daemon=True)
+    _threads[:] = [t for t in _threads if t.is_alive()] + [thread]
     thread.start()
     return thread
 
@@ -168,10 +177,18 @@ def _reset_in_child() -> None:
     """After fork: the parent's threads are not in the child; its own start afresh."""
     global _shutdown
     _shutdown = threading.Event()
+    _threads.clear()
 
 
 def _at_exit() -> None:
+    """Stop every opscope store thread and wait for it to leave its store call."""
+    import time
+
     _shutdown.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for thread in list(_threads):
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 atexit.register(_at_exit)
