@@ -171,11 +171,19 @@ class JobRequests:
                 request, fields = item
                 store.set(key("on_demand", "answer", request["id"], store.rank),
                           json.dumps(fields))
-            elif self._history[-1][0] - self._history[0][0] < 1.0 and not self._closing.is_set():
+            elif self._closing.is_set():
+                self._refuse(item, "the process stopped serving requests before posting it")
+            elif self._history[-1][0] - self._history[0][0] < 1.0:
                 postponed.append((kind, item))  # a second of steps first, for the margin
             else:
                 self._post_request(store, item)
         self._outbox.extend(postponed)
+
+    def _refuse(self, request: Dict[str, Any], message: str) -> None:
+        try:
+            control.write_result(self.agent.pid, request["id"], status="error", message=message)
+        except (OSError, ValueError):
+            pass  # the trigger reports the missing answer when it times out
 
     def _post_request(self, store: JobStore, request: Dict[str, Any]) -> None:
         # one trigger naming several ranks gives each the same id: the first posts it
