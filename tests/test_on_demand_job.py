@@ -143,3 +143,17 @@ def test_malformed_job_requests_are_refused(change):
     request = {**job_request(9), **change}
     assert not valid_job_request(request)
     assert valid_job_request(job_request(9))
+
+
+def test_the_trigger_lists_every_rank_and_names_the_missing(tmp_path, capsys):
+    from opscope.cli import trigger
+
+    own = tmp_path / "h_2.rank1.1.pt.trace.json"
+    own.write_text("{}")
+    job = {"folder": str(tmp_path), "world_size": 3, "first_step": 9,
+           "ranks": {"0": {"status": "ok", "trace": "/elsewhere/h_1.rank0.1.pt.trace.json"},
+                     "1": {"status": "ok", "trace": str(own)}}}
+    assert trigger._report(2, {"status": "ok", "trace": str(own), "job": job}) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["/elsewhere/h_1.rank0.1.pt.trace.json", str(own)]
+    assert f"rank 2 has not answered yet; look for its trace in {tmp_path}" in err

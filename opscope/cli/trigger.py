@@ -45,6 +45,7 @@ rank's trace."""
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 300.0
 POLL_S = 0.05
+MAX_RANKS_LISTED = 1 << 16
 
 
 def _positive_int(text: str) -> int:
@@ -141,9 +142,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
-    show_job = len(sent) == 1  # with several PIDs, each prints its own trace
     from opscope.on_demand import control
 
+    show_job = len(sent) == 1  # with several PIDs, each prints its own trace
     deadline = time.monotonic() + timeout
     waiting: Dict[int, str] = dict(sent)
     status = 0
@@ -197,7 +198,7 @@ def _report_job(pid: int, job: dict, own_trace: str) -> int:
     ranks = job.get("ranks") if isinstance(job.get("ranks"), dict) else {}
     world = job.get("world_size") if isinstance(job.get("world_size"), int) else len(ranks)
     printed = False
-    for rank in range(max(world, 0)):
+    for rank in range(min(max(world, 0), MAX_RANKS_LISTED)):
         answer = ranks.get(str(rank))
         if not isinstance(answer, dict):
             print(f"opscope: warning: rank {rank} has not answered yet; look for its trace in "
