@@ -140,6 +140,7 @@ class JobRequests:
                 break
             self._stop.wait(POLL_S)
         self._finish_all()
+        self._store = None  # its connection closes on this thread, not at finalisation
 
     def _tick(self) -> None:
         if not self.in_job():
