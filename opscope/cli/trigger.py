@@ -4,7 +4,10 @@ The process must have on-demand profiling enabled (``OPSCOPE_ON_DEMAND=1``,
 ``opscope.enable_on_demand()`` or ``python -m opscope.on_demand``). The
 trigger leaves a request in the control folder, signals the process, waits
 until the trace is written and prints its path. Several PIDs (one per
-distributed rank, say) are triggered together.
+distributed rank, say) are triggered together. On a torch.distributed job
+whose ranks all run with on-demand enabled, triggering ONE rank is enough:
+every rank records the same future steps (the request travels through the
+job's c10d store) and the answer lists every rank's trace, one per line.
 
 Example::
 
@@ -32,10 +35,17 @@ OPSCOPE_ON_DEMAND=1, through 'python -m opscope.on_demand SCRIPT', or calling
 opscope.enable_on_demand()) to profile its next N optimizer steps. The process
 writes DIR/<host>_<pid>.<time_ns>.pt.trace.json and goes back to running
 unprofiled; this command waits for the file and prints its path. The request
-travels as a file in a private folder plus a signal; no network port is used."""
+travels as a file in a private folder plus a signal; no network port is used.
+
+On a torch.distributed job (every rank started with on-demand enabled, e.g.
+'torchrun ... -m opscope.on_demand train.py'), give the PID of any one rank:
+every rank records the same N future steps and writes
+DIR/<host>_<pid>.rank<R>.<time_ns>.pt.trace.json; this command prints every
+rank's trace."""
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 300.0
 POLL_S = 0.05
+MAX_RANKS_LISTED = 1 << 16
 
 
 def _positive_int(text: str) -> int:
@@ -107,9 +117,11 @@ def main(args: argparse.Namespace) -> int:
     targets = [(pid, _check_target(pid)) for pid in dict.fromkeys(args.pids)]
     folder = prepare_output_dir(args.output_dir)
     sent: List[Tuple[int, str]] = []
+    shared_id = None  # ranks of one job named together share the request: it is posted once
     for pid, signal_number in targets:
         request = control.new_request(args.steps, folder, options=profile_kwargs(args),
                                       gzip=args.gzip)
+        request["id"] = shared_id = shared_id or request["id"]
         try:
             control.write_request(pid, request)
         except OSError as exc:
@@ -132,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
 def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
     from opscope.on_demand import control
 
+    show_job = len(sent) == 1  # with several PIDs, each prints its own trace
     deadline = time.monotonic() + timeout
     waiting: Dict[int, str] = dict(sent)
     status = 0
@@ -143,7 +156,7 @@ def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
             del waiting[pid]
             if result is None:
                 result = control.take_result(pid, request_id)  # written just before exiting?
-            status |= _report(pid, result)
+            status |= _report(pid, result, show_job)
         if waiting and time.monotonic() >= deadline:
             for pid, request_id in waiting.items():
                 picked_up = not control.withdraw_request(pid, request_id)
@@ -157,13 +170,15 @@ def _wait(sent: List[Tuple[int, str]], timeout: float, steps: int) -> int:
     return status
 
 
-def _report(pid: int, result) -> int:
+def _report(pid: int, result, show_job: bool = True) -> int:
     """Print the trace's path; 1 with one line when there is no trace to show for it."""
     if result is None:
         print_error(f"process {pid} exited before writing a trace")
         return 1
     if result.get("status") != "ok":
         print_error(f"process {pid}: {result.get('message', 'unknown error')}")
+        if show_job and isinstance(result.get("job"), dict):
+            _report_job(pid, result["job"], "")
         return 1
     trace = result.get("trace")
     problem = _trace_problem(trace)
@@ -172,7 +187,30 @@ def _report(pid: int, result) -> int:
         return 1
     if result.get("note"):
         print(f"opscope: warning: process {pid}: {result['note']}", file=sys.stderr)
+    if show_job and isinstance(result.get("job"), dict):
+        return _report_job(pid, result["job"], trace)
     print(trace, flush=True)
+    return 0
+
+
+def _report_job(pid: int, job: dict, own_trace: str) -> int:
+    """Every rank's trace, one per line by rank; one warning line per rank without one."""
+    ranks = job.get("ranks") if isinstance(job.get("ranks"), dict) else {}
+    world = job.get("world_size") if isinstance(job.get("world_size"), int) else len(ranks)
+    printed = False
+    for rank in range(min(max(world, 0), MAX_RANKS_LISTED)):
+        answer = ranks.get(str(rank))
+        if not isinstance(answer, dict):
+            print(f"opscope: warning: rank {rank} has not answered yet; look for its trace in "
+                  f"{job.get('folder')}", file=sys.stderr)
+        elif answer.get("status") == "ok" and isinstance(answer.get("trace"), str):
+            print(answer["trace"], flush=True)
+            printed = printed or answer["trace"] == own_trace
+        else:
+            print(f"opscope: warning: rank {rank}: {answer.get('message', 'no trace')}",
+                  file=sys.stderr)
+    if not printed and own_trace:  # the triggered rank's own, whatever the others said
+        print(own_trace, flush=True)
     return 0
 
 

@@ -7,7 +7,10 @@ wires user ranges to the collector. ``stop()`` undoes all of it and returns
 the collector's ``RawSession`` with ``metadata``, ``marks``,
 ``memory_sightings``, ``modules`` and ``module_calls`` filled in, ready for
 ``build_session``. ``discard()`` undoes it without raising, whatever state it
-is in; ``forget_after_fork()`` drops it in a forked child.
+is in; ``forget_after_fork()`` drops it in a forked child. On a multi-rank
+job the window also estimates this rank's clock offset to rank 0
+(``collect/clock_sync.py``) from ``start()`` and, when there is one, writes it
+as ``opscopeClockOffsetNs`` at ``stop()``.
 
 The API layer passes in what lives above ``collect/``: ``wire`` (points user
 ranges at a collector, or at nothing with None) and ``take_marks`` (the marks
@@ -26,11 +29,15 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
+from opscope.model.torch_names import CLOCK_OFFSET_KEY
 
 Mark = Tuple[int, int, str]
 
@@ -69,6 +76,7 @@ class Recording:
         self._running = False  # the collector was started and not stopped yet
         self._sightings: Any = None  # collect.memory_hooks.TensorSightings while installed
         self._module_ranges: Any = None  # collect.module_hooks.ModuleRanges while installed
+        self._clock: Optional[ClockSync] = None  # this window's clock offset estimate
 
     @property
     def running(self) -> bool:
@@ -93,6 +101,7 @@ class Recording:
 
             self._module_ranges = ModuleRanges(self.collector)
             self._module_ranges.install()
+        self._start_clock_sync()
 
     def stop(self) -> RawSession:
         """Remove every hook, stop the collector; the RawSession with all it saw."""
@@ -100,8 +109,12 @@ class Recording:
         self._unwire()
         sightings = self._take_sightings()
         raw = self.collector.stop()
+        metadata = dict(self.metadata)
+        offset = self._take_clock_offset()
+        if offset is not None:
+            metadata[CLOCK_OFFSET_KEY] = json.dumps(offset)
         extra: Dict[str, Any] = dict(
-            metadata=dict(self.metadata), memory_sightings=sightings,
+            metadata=metadata, memory_sightings=sightings,
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
         if module_ranges is not None:
             extra.update(modules=module_ranges.modules(), module_calls=module_ranges.calls())
@@ -109,6 +122,9 @@ class Recording:
 
     def discard(self) -> None:
         """Remove every hook and stop the collector, keeping nothing; never raises."""
+        clock, self._clock = self._clock, None
+        if clock is not None:
+            clock.cancel()
         self._take_sightings()
         self._take_module_ranges()
         if self._running:
@@ -120,9 +136,28 @@ class Recording:
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the hooks; the collector's recording is the parent's."""
+        self._clock = None  # its thread stayed in the parent
         self._take_sightings()
         self._take_module_ranges()
         self._running = False
+
+    def _start_clock_sync(self) -> None:
+        try:
+            self._clock = ClockSync.start()
+        except Exception as exc:  # noqa: BLE001  (never harm the job: one line, no offset)
+            warnings.warn(f"opscope: cannot estimate the clock offset to rank 0: {exc}",
+                          RuntimeWarning, stacklevel=3)
+
+    def _take_clock_offset(self) -> Optional[int]:
+        """The clock offset to rank 0 to write, or None (with one warning line why)."""
+        clock, self._clock = self._clock, None
+        if clock is None:
+            return None
+        offset = clock.offset()
+        if offset is None and clock.problem:
+            warnings.warn(f"opscope: no {CLOCK_OFFSET_KEY} in this trace: {clock.problem}",
+                          RuntimeWarning, stacklevel=3)
+        return offset
 
     def _unwire(self) -> None:
         self._wire(None)

@@ -12,6 +12,12 @@ unprofiled. The trigger is a signal (``SIGUSR2`` unless
 ``OPSCOPE_ON_DEMAND_SIGNAL`` names another) plus request files in a private
 control folder (:mod:`opscope.on_demand.control`); no network port is opened.
 
+On a torch.distributed job of several ranks, each rank started with
+on-demand enabled, a trigger on any one rank makes every rank record the
+same optimizer steps: the request travels through the job's own c10d store
+(:mod:`opscope.on_demand.job`), and ``opscope trigger`` lists every rank's
+trace.
+
 A program that never imports opscope is started through the launcher, which
 enables on-demand profiling and runs it as ``__main__``::
 
@@ -36,6 +42,7 @@ from typing import Any, Optional, Union
 
 from opscope.on_demand import control
 from opscope.on_demand.agent import OnDemandAgent
+from opscope.on_demand.job import JobRequests
 
 ENABLE_ENV = "OPSCOPE_ON_DEMAND"
 SIGNAL_ENV = "OPSCOPE_ON_DEMAND_SIGNAL"
@@ -108,6 +115,7 @@ def enable_on_demand(signal: Union[None, int, str] = None) -> None:  # noqa: A00
         _warm_up_collector()
         agent = OnDemandAgent(os.getpid())
         control.register(agent.pid, number)
+        agent.job = JobRequests(agent)
         _previous_handler = current
         signal_module.signal(number, agent.on_signal)
         track_optimizer_steps()

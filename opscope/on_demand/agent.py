@@ -9,6 +9,12 @@ background thread, so training goes on) as ``<host>_<pid>.<time_ns>.pt.trace.jso
 the name ``tensorboard_trace_handler`` gives. Then it answers the request
 with the trace's path and is idle again.
 
+On a job of several ranks the request goes to the whole job instead
+(:mod:`opscope.on_demand.job`): ``job`` posts it, and every rank's agent is
+armed for the same step range (``arm_job``); its trace is
+``<host>_<pid>.rank<R>.<time_ns>.pt.trace.json``. Idle, ``on_step`` reads two
+attributes.
+
 Example::
 
     >>> agent = OnDemandAgent(pid=1)
@@ -26,6 +32,10 @@ import time
 from typing import Any, Dict, List, Optional
 
 from opscope.on_demand import control
+from opscope.step_tracker import StepTracker
+
+
+_JOB_FIELDS = ("first_step", "job", "rank", "origin")  # set by on_demand.job only
 
 
 class _Window:
@@ -46,6 +56,7 @@ class OnDemandAgent:
         self._armed: List[Dict[str, Any]] = []  # requests waiting for the next step
         self._window: Optional[_Window] = None
         self._writers: List[threading.Thread] = []
+        self.job: Any = None  # on_demand.job.JobRequests, set by enable_on_demand
 
     @property
     def state(self) -> str:
@@ -68,15 +79,31 @@ class OnDemandAgent:
                           RuntimeWarning, stacklevel=2)
             return
         for request in requests:
+            request = {k: v for k, v in request.items() if k not in _JOB_FIELDS}
             if not _valid_request(request):
                 self._answer(request, status="error",
                              message="malformed request (steps and output_dir are required)")
-            elif self._window is not None or self._armed:
-                self._answer(request, status="error",
-                             message="busy: this process is already serving a request; "
-                                     "trigger again when it is done")
+            elif self.job is not None and self.job.in_job():
+                self.job.post(request)
             else:
-                self._armed.append(request)
+                self.arm(request)
+
+    def arm(self, request: Dict[str, Any]) -> None:
+        """Record from the next optimizer step on (unless busy: then answer so)."""
+        if self._window is not None or self._armed:
+            self._answer(request, status="error",
+                         message="busy: this process is already serving a request; "
+                                 "trigger again when it is done")
+        else:
+            self._armed.append(request)
+
+    def arm_job(self, request: Dict[str, Any]) -> None:
+        """Record steps ``first_step`` on of a job request (from the job thread)."""
+        if StepTracker.current_step() >= request["first_step"]:
+            self._answer(request, status="error", message=_too_late(
+                request, StepTracker.current_step()))
+        else:
+            self.arm(request)
 
     def on_step(self, step: int) -> None:
         """Called with the new global step after each optimizer step."""
@@ -87,7 +114,12 @@ class OnDemandAgent:
                 self._finish(window, step)
             return
         if self._armed:
-            self._begin(self._armed.pop(0), step)
+            first = self._armed[0].get("first_step")
+            if first is None or step == first - 1:
+                self._begin(self._armed.pop(0), step)
+            elif step >= first:
+                request = self._armed.pop(0)
+                self._answer(request, status="error", message=_too_late(request, step))
 
     def on_exit(self) -> None:
         """At interpreter exit: write what was recorded, answer what is still waiting."""
@@ -103,6 +135,8 @@ class OnDemandAgent:
         self._armed = []
         for writer in self._writers:
             writer.join()
+        if self.job is not None:
+            self.job.close()
 
     # -- a window -------------------------------------------------------------------------
     def _begin(self, request: Dict[str, Any], step: int) -> None:
@@ -117,7 +151,8 @@ class OnDemandAgent:
             return
         try:
             prof.add_metadata_json("onDemand", json.dumps({
-                "request": request["id"], "steps": int(request["steps"]), "first_step": step + 1}))
+                "request": request["id"], "steps": int(request["steps"]), "first_step": step + 1,
+                **({"origin_rank": request["origin"]} if request.get("job") else {})}))
         except Exception:  # noqa: BLE001  (metadata is a nicety)
             pass
         self._window = _Window(request, prof, step + 1)
@@ -150,7 +185,8 @@ class OnDemandAgent:
         try:
             folder = request["output_dir"]
             os.makedirs(folder, exist_ok=True)
-            name = f"{socket.gethostname()}_{self.pid}.{time.time_ns()}{suffix}"
+            rank = f".rank{request['rank']}" if request.get("job") else ""
+            name = f"{socket.gethostname()}_{self.pid}{rank}.{time.time_ns()}{suffix}"
             if request.get("gzip"):
                 name += ".gz"
             path = FORMATS[format_name](session, os.path.join(folder, name))
@@ -164,10 +200,18 @@ class OnDemandAgent:
         self._answer(request, **fields)
 
     def _answer(self, request: Dict[str, Any], **fields: Any) -> None:
+        if request.get("job") and self.job is not None:
+            self.job.answer(request, fields)
+            return
         try:
             control.write_result(self.pid, str(request.get("id", "unknown")), **fields)
         except (OSError, ValueError):
             pass  # the trigger reports the missing answer when it times out
+
+
+def _too_late(request: Dict[str, Any], step: int) -> str:
+    return (f"too late: this rank saw the job's request at step {step}, after its first "
+            f"step {request['first_step']} began; it recorded nothing")
 
 
 def _valid_request(request: Dict[str, Any]) -> bool:

@@ -1,0 +1,268 @@
+"""Whole-job on-demand requests: ``opscope trigger`` on one rank, every rank records.
+
+On a multi-rank job a trigger request does not stay with the rank that got
+it. That rank posts it in the job's own c10d store
+(:mod:`opscope.collect.job_store`) with a first step far enough ahead for
+every rank to see it: its current optimizer step plus :data:`MIN_MARGIN_STEPS`
+plus the steps it runs in :data:`MARGIN_S`. Every rank's :class:`JobRequests`
+thread (a daemon; it waits for the process group, then polls the store every
+:data:`POLL_S`) arms its agent for exactly that step range, so every rank
+records the same optimizer steps. A rank that sees the request after its
+first step records nothing and says so. Each rank posts its answer; the
+triggered rank gathers them (for at most :data:`GATHER_S` after its own) and
+answers ``opscope trigger`` with every rank's trace.
+
+Store keys (under ``opscope/on_demand/``): ``requests`` (a counter),
+``request/<n>`` (the n-th request, JSON) and ``answer/<id>/<rank>`` (JSON).
+Steps are counted by each rank's step tracker since on-demand profiling was
+enabled, so ranks that enable it before training count alike.
+
+Example::
+
+    >>> margin_steps([(0.0, 10), (1.0, 30)])   # 20 steps a second, 2 s of margin
+    42
+    >>> valid_job_request({"id": "abc123", "steps": 3, "first_step": 9,
+    ...                    "output_dir": "/tmp/t", "options": {}, "origin": 1})
+    True
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from opscope.collect import job_store
+from opscope.collect.job_store import JobStore, key
+from opscope.on_demand import control
+from opscope.step_tracker import StepTracker
+
+POLL_S = 0.2
+MARGIN_S = 2.0  # every rank sees a request within a few polls
+MIN_MARGIN_STEPS = 2  # ranks of one job may be a step apart
+GATHER_S = 30.0
+MAX_REQUEST_BYTES = 64 * 1024
+MISSING_REQUEST_S = 10.0  # a counted request whose text never came is skipped after this
+
+
+def margin_steps(history: List[Tuple[float, int]]) -> int:
+    """Steps between now and a job request's first step, from (time, step) observations."""
+    rate = 0.0
+    if len(history) >= 2 and history[-1][0] > history[0][0]:
+        rate = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
+    return MIN_MARGIN_STEPS + int(math.ceil(max(rate, 0.0) * MARGIN_S))
+
+
+def valid_job_request(request: Any) -> bool:
+    """True for a request read from the store that has every field, well typed."""
+    def is_int(value: Any, low: int) -> bool:
+        return type(value) is int and value >= low
+
+    return (isinstance(request, dict)
+            and isinstance(request.get("id"), str)
+            and control.REQUEST_ID.fullmatch(request["id"]) is not None
+            and is_int(request.get("steps"), 1) and is_int(request.get("first_step"), 1)
+            and is_int(request.get("origin"), 0)
+            and isinstance(request.get("output_dir"), str)
+            and os.path.isabs(request["output_dir"])
+            and isinstance(request.get("options", {}), dict))
+
+
+class _Gathering:
+    """The answers of every rank to a request this rank posted."""
+
+    def __init__(self, request: Dict[str, Any], world_size: int):
+        self.request = request
+        self.world_size = world_size
+        self.answers: Dict[int, Dict[str, Any]] = {}
+        self.deadline: Optional[float] = None  # set once this rank's own answer is in
+
+
+class JobRequests:
+    """The store side of one process's on-demand agent (see the module docstring)."""
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+        self._outbox: Deque[Tuple[str, Any]] = collections.deque()
+        self._gathering: Dict[str, _Gathering] = {}
+        self._direct: Dict[str, bool] = {}  # ids also triggered here, posted by another rank
+        self._history: Deque[Tuple[float, int]] = collections.deque(maxlen=50)
+        self._stop = threading.Event()
+        self._closing = threading.Event()
+        self._store: Optional[JobStore] = None
+        self._next = 0
+        self._missing_since: Optional[float] = None
+        self._thread = job_store.start_daemon(self._run, "opscope-on-demand-job")
+
+    @staticmethod
+    def in_job() -> bool:
+        """True while this process is a rank of a job of several ranks."""
+        ranks = job_store.job_ranks()
+        return ranks is not None and ranks[1] > 1
+
+    def post(self, request: Dict[str, Any]) -> None:
+        """Post a trigger request to the whole job (from the signal handler)."""
+        self._outbox.append(("request", request))
+
+    def answer(self, request: Dict[str, Any], fields: Dict[str, Any]) -> None:
+        """Post this rank's answer to a job request (kept at once on the triggered rank)."""
+        gathering = self._gathering.get(request.get("id", ""))
+        if gathering is not None and request.get("rank") == request.get("origin"):
+            gathering.answers[request["rank"]] = fields
+            return
+        self._outbox.append(("answer", (request, fields)))
+        if self._direct.pop(request.get("id", ""), False):  # this rank's trigger waits too
+            try:
+                control.write_result(self.agent.pid, request["id"], **fields)
+            except (OSError, ValueError):
+                pass
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Post what is waiting, answer the triggers with what was gathered, stop."""
+        self._closing.set()
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
+
+    # -- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001  (never harm the job; retry from scratch)
+                job_store.warn_once(f"on-demand job requests: the job's store failed ({exc})")
+                self._store = None
+            if self._stop.is_set() or job_store.stopping():
+                break
+            self._stop.wait(POLL_S)
+        self._finish_all()
+        self._store = None  # its connection closes on this thread, not at finalisation
+
+    def _tick(self) -> None:
+        if not self.in_job():
+            self._store = None
+            self._serve_locally()
+            return
+        if self._store is None:
+            self._store = job_store.open_job_store()
+            if self._store is None:
+                return
+            self._next = self._store.add(key("on_demand", "requests"), 0) + 1
+        self._history.append((time.monotonic(), StepTracker.current_step()))
+        self._flush_outbox(self._store)
+        self._read_requests(self._store)
+        self._gather(self._store)
+
+    def _serve_locally(self) -> None:
+        """No job (any more): a waiting trigger request is served by this process alone."""
+        while self._outbox:
+            kind, item = self._outbox.popleft()
+            if kind == "request":
+                self.agent.arm(item)
+
+    def _flush_outbox(self, store: JobStore) -> None:
+        postponed = []
+        while self._outbox:
+            kind, item = self._outbox.popleft()
+            if kind == "answer":
+                request, fields = item
+                store.set(key("on_demand", "answer", request["id"], store.rank),
+                          json.dumps(fields))
+            elif self._closing.is_set():
+                self._refuse(item, "the process stopped serving requests before posting it")
+            elif self._history[-1][0] - self._history[0][0] < 1.0:
+                postponed.append((kind, item))  # a second of steps first, for the margin
+            else:
+                self._post_request(store, item)
+        self._outbox.extend(postponed)
+
+    def _refuse(self, request: Dict[str, Any], message: str) -> None:
+        try:
+            control.write_result(self.agent.pid, request["id"], status="error", message=message)
+        except (OSError, ValueError):
+            pass  # the trigger reports the missing answer when it times out
+
+    def _post_request(self, store: JobStore, request: Dict[str, Any]) -> None:
+        # one trigger naming several ranks gives each the same id: the first posts it
+        claim = key("on_demand", "claim", request["id"])
+        if store.compare_set(claim, "", str(store.rank)) != str(store.rank):
+            self._direct[request["id"]] = True
+            return
+        first = StepTracker.current_step() + margin_steps(list(self._history)) + 1
+        posted = {**request, "first_step": first, "origin": store.rank, "job": True}
+        n = store.add(key("on_demand", "requests"), 1)
+        store.set(key("on_demand", "request", n), json.dumps(posted))
+        self._gathering[posted["id"]] = _Gathering(posted, store.world_size)
+
+    def _read_requests(self, store: JobStore) -> None:
+        count = store.add(key("on_demand", "requests"), 0)
+        while self._next <= count:
+            text = store.get(key("on_demand", "request", self._next))
+            if text is None:  # counted, not written yet
+                now = time.monotonic()
+                self._missing_since = self._missing_since or now
+                if now - self._missing_since < MISSING_REQUEST_S:
+                    return
+            else:
+                self._arm_from_store(text, store.rank)
+            self._missing_since = None
+            self._next += 1
+
+    def _arm_from_store(self, text: str, rank: int) -> None:
+        try:
+            request = json.loads(text) if len(text) <= MAX_REQUEST_BYTES else None
+        except ValueError:
+            request = None
+        if not valid_job_request(request):
+            job_store.warn_once("on-demand: ignored a malformed job request in the store")
+            return
+        self.agent.arm_job({**request, "rank": rank})
+
+    # -- gathering the answers (on the triggered rank) -------------------------------------
+    def _gather(self, store: JobStore) -> None:
+        for request_id, gathering in list(self._gathering.items()):
+            for rank in range(gathering.world_size):
+                if rank not in gathering.answers:
+                    name = key("on_demand", "answer", request_id, rank)
+                    text = store.get(name)
+                    if text is not None:
+                        gathering.answers[rank] = _parse_answer(text)
+                        store.delete(name)
+            own = gathering.answers.get(store.rank)
+            if own is not None and gathering.deadline is None:
+                gathering.deadline = time.monotonic() + GATHER_S
+            late = gathering.deadline is not None and time.monotonic() > gathering.deadline
+            if late or len(gathering.answers) == gathering.world_size:
+                self._finish(request_id)
+
+    def _finish(self, request_id: str) -> None:
+        """Answer ``opscope trigger`` with every rank's answer gathered so far."""
+        gathering = self._gathering.pop(request_id)
+        own = gathering.answers.get(gathering.request["origin"]) or {
+            "status": "error", "message": "this rank did not answer before it stopped"}
+        job = {"folder": gathering.request["output_dir"], "world_size": gathering.world_size,
+               "first_step": gathering.request["first_step"],
+               "ranks": {str(r): a for r, a in sorted(gathering.answers.items())}}
+        try:
+            control.write_result(self.agent.pid, request_id, **{**own, "job": job})
+        except (OSError, ValueError):
+            pass  # the trigger reports the missing answer when it times out
+
+    def _finish_all(self) -> None:
+        for request_id in list(self._gathering):
+            self._finish(request_id)
+
+
+def _parse_answer(text: str) -> Dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or value.get("status") not in ("ok", "error"):
+        return {"status": "error", "message": "malformed answer in the job's store"}
+    return {k: v for k, v in value.items() if k in ("status", "trace", "message", "steps",
+                                                    "first_step", "note")}
