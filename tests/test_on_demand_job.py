@@ -94,7 +94,9 @@ def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
 
 
 class FakeJob:
-    """Collects the answers an agent posts to the job."""
+    """Collects the answers an agent posts to the job (its store is open already)."""
+
+    needs_store = False
 
     def __init__(self):
         self.answers = []

@@ -102,6 +102,7 @@ class ClockSync:
         self._stop = threading.Event()
         self._answer_until = float("inf")  # rank 0: monotonic time it stops answering
         self._thread: Optional[threading.Thread] = None
+        self._store: Optional[JobStore] = None
 
     @classmethod
     def start(cls) -> Optional["ClockSync"]:
@@ -112,7 +113,13 @@ class ClockSync:
             return None
         if mode == "auto" and launched_on_one_host(ranks[1]):
             return None
+        # opened here, not in the thread: the clone connects with the job's own timeout,
+        # and a daemon thread still in a store call at interpreter exit aborts the process
+        store = job_store.open_job_store()
+        if store is None:
+            return None
         sync = cls(mode, ranks[0])
+        sync._store = store
         sync._thread = job_store.start_daemon(sync._run, "opscope-clock-sync")
         return sync
 
@@ -141,8 +148,8 @@ class ClockSync:
         return self._stop.is_set() or job_store.stopping()
 
     def _run(self) -> None:
+        store, self._store = self._store, None  # its connection closes on this thread
         try:
-            store = job_store.open_job_store()
             if store is None:
                 return
             store.set(key("clock", "host", self.rank), socket.gethostname())

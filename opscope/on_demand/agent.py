@@ -107,6 +107,9 @@ class OnDemandAgent:
 
     def on_step(self, step: int) -> None:
         """Called with the new global step after each optimizer step."""
+        job = self.job
+        if job is not None and job.needs_store:  # once, when the process group exists
+            job.open_store()
         window = self._window
         if window is not None:
             window.remaining -= 1

@@ -94,6 +94,7 @@ class JobRequests:
         self._stop = threading.Event()
         self._closing = threading.Event()
         self._store: Optional[JobStore] = None
+        self._opened: Optional[JobStore] = None  # opened on the training thread (open_store)
         self._next = 0
         self._missing_since: Optional[float] = None
         self._thread = job_store.start_daemon(self._run, "opscope-on-demand-job")
@@ -103,6 +104,24 @@ class JobRequests:
         """True while this process is a rank of a job of several ranks."""
         ranks = job_store.job_ranks()
         return ranks is not None and ranks[1] > 1
+
+    @property
+    def needs_store(self) -> bool:
+        """True while no store connection is open and this process is a rank of a job."""
+        return self._store is None and self._opened is None and self.in_job()
+
+    def open_store(self) -> None:
+        """Open this agent's store connection, on the calling (training) thread.
+
+        Opening is a ``Store.clone()``, which connects with the job's own timeout; made
+        here, it is never under way in the daemon thread when the interpreter exits
+        (a daemon thread leaving a store call during finalisation aborts the process).
+        Its later calls use :data:`job_store.STORE_TIMEOUT_S`, which exit waits out.
+        """
+        try:
+            self._opened = job_store.open_job_store()
+        except Exception as exc:  # noqa: BLE001  (never harm the job)
+            job_store.warn_once(f"on-demand job requests: cannot open the job's store ({exc})")
 
     def post(self, request: Dict[str, Any]) -> None:
         """Post a trigger request to the whole job (from the signal handler)."""
@@ -148,7 +167,7 @@ class JobRequests:
             self._serve_locally()
             return
         if self._store is None:
-            self._store = job_store.open_job_store()
+            self._store, self._opened = self._opened, None  # a failed store reopens next step
             if self._store is None:
                 return
             self._next = self._store.add(key("on_demand", "requests"), 0) + 1
