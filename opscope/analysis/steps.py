@@ -107,6 +107,8 @@ def _optimizer_step_rows(session: ProfileSession) -> np.ndarray:
     above = nearest_marked(table.parent, marked)  # the nearest optimizer step, itself included
     parent_step = np.where(table.parent >= 0, above[np.maximum(table.parent, 0)], -1)
     rows = np.flatnonzero(marked & (parent_step < 0))
+    if len(rows) == 0:  # the name is known (a filtered or folded row), no range carries it
+        return rows
     return rows[table.thread_index[rows] == table.thread_index[rows[0]]]
 
 
