@@ -55,6 +55,9 @@ class CollectiveCall:
     end_ns: int
     duration_ns: int
     call_site: Optional[str] = None  # innermost user frame of the dispatcher op
+    # from the flight recorder: its process group and collective_seq_id (None: not known)
+    pg: Optional[str] = None
+    seq: Optional[int] = None
 
 
 def collective_kind(name: str) -> Optional[str]:

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
+from opscope.analysis.flight_recorder import flight_rows, keyed_calls
 from opscope.analysis.intervals import difference, intersection, total, union
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
 from opscope.model.session import ProfileSession
@@ -61,6 +62,8 @@ class RankFacts:
     paths: List[str] = field(default_factory=list)
     world_size: Optional[int] = None
     group: str = DEFAULT_GROUP  # the process group its collectives are matched in
+    # process group name -> its member ranks (distributedInfo.pg_config), where known
+    group_ranks: Dict[str, List[int]] = field(default_factory=dict)
     steps: int = 0
     step_ns: int = 0  # the steps' durations, summed
     compute_ns: int = 0
@@ -194,6 +197,16 @@ def _times(session: ProfileSession, names: List[str], calls: List[CollectiveCall
     return total(compute), total(comm), total(intersection(compute, comm))
 
 
+def _group_ranks(groups) -> Dict[str, List[int]]:
+    """pg_config's group name -> member ranks (the entries that list them)."""
+    out: Dict[str, List[int]] = {}
+    for g in groups if isinstance(groups, list) else []:
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(ranks, list) and all(type(r) is int for r in ranks):
+            out[str(g.get("pg_name"))] = list(ranks)
+    return out
+
+
 def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
     """The facts of one rank's trace."""
     offset = clock_offset_ns(session)
@@ -204,14 +217,14 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
         group = str(groups[0].get("pg_name", DEFAULT_GROUP))
     world = info.get("world_size")
     names = session.table.symbols.names
-    calls = collective_calls(session, offset)
+    calls = keyed_calls(collective_calls(session, offset), flight_rows(session))
     steps, step_ns = _steps(session, names)
     table = session.table
     shift = session.epoch_offset_ns + offset
     compute, comm, overlap = _times(session, names, calls, shift)
     return RankFacts(
-        rank, [path], world if type(world) is int else None, group, steps, step_ns,
-        compute, comm, overlap,
+        rank, [path], world if type(world) is int else None, group, _group_ranks(groups),
+        steps, step_ns, compute, comm, overlap,
         int(table.start_ns.min()) + shift if len(table) else None,
         int(table.end_ns.max()) + shift if len(table) else None, calls)
 

@@ -5,7 +5,9 @@ torch.distributed job (opscope's or torch.profiler's, see
 ``opscope.analysis.rank_traces``) and returns a :class:`RanksAnalysis`.
 
 - **Matching.** Collectives of one process group are issued in the same order
-  on every rank, so (group, sequence number) is their key. Without flight
+  on every rank, so (group, sequence number) is their key. With the flight
+  recorder on (``TORCH_FR_BUFFER_SIZE``; ``opscope.analysis.flight_recorder``)
+  both come from it, subgroups included. Without flight
   recorder data the sequence number is the ordinal of the collective among
   the rank's collectives. gloo's ranges and the dispatcher ops do not name
   their group, so every collective is counted in the rank's default group
@@ -50,9 +52,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from opscope.analysis.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
-from opscope.model.torch_names import POINT_TO_POINT_KINDS
 
 __all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
 
@@ -160,20 +162,13 @@ class RanksAnalysis:
                 "missing_ranks": list(self.missing_ranks)}
 
 
-def _sequences(facts: Sequence[RankFacts]) -> Dict[str, Dict[int, List[CollectiveCall]]]:
-    """Group -> rank -> its matched collectives in issue order."""
-    groups: Dict[str, Dict[int, List[CollectiveCall]]] = {}
-    for f in facts:
-        calls = [c for c in f.calls if c.kind not in POINT_TO_POINT_KINDS]
-        groups.setdefault(f.group, {})[f.rank] = calls
-    return groups
-
-
-def _match(pg: str, seqs: Dict[int, List[CollectiveCall]], origin: int
-           ) -> List[MatchedCollective]:
+def _match(pg: str, seqs: List[int], per_rank: Dict[int, List[Optional[CollectiveCall]]],
+           origin: int) -> List[MatchedCollective]:
     out = []
-    for seq in range(max((len(c) for c in seqs.values()), default=0)):
-        here = {r: calls[seq] for r, calls in seqs.items() if seq < len(calls)}
+    for i, seq in enumerate(seqs):
+        here = {r: calls[i] for r, calls in per_rank.items() if calls[i] is not None}
+        if not here:
+            continue
         transfer = min(c.duration_ns for c in here.values())
         kind = Counter(c.kind for c in here.values()).most_common(1)[0][0]
         sizes = Counter(c.nbytes for c in here.values() if c.kind == kind)
@@ -184,9 +179,10 @@ def _match(pg: str, seqs: Dict[int, List[CollectiveCall]], origin: int
     return out
 
 
-def _first_desync(pg: str, seqs: Dict[int, List[CollectiveCall]]) -> Optional[Desync]:
-    for seq in range(max((len(c) for c in seqs.values()), default=0)):
-        here = {r: (calls[seq] if seq < len(calls) else None) for r, calls in seqs.items()}
+def _first_desync(pg: str, seqs: List[int],
+                  per_rank: Dict[int, List[Optional[CollectiveCall]]]) -> Optional[Desync]:
+    for i, seq in enumerate(seqs):
+        here = {r: calls[i] for r, calls in per_rank.items()}
         present = [c for c in here.values() if c is not None]
         kinds = {c.kind for c in present}
         sizes = {c.nbytes for c in present if c.nbytes is not None}
@@ -227,9 +223,9 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     origin = min(starts) if starts else 0
     collectives: List[MatchedCollective] = []
     desync: List[Desync] = []
-    for pg, seqs in sorted(_sequences(facts).items()):
-        collectives += _match(pg, seqs, origin)
-        first = _first_desync(pg, seqs)
+    for pg, (seqs, per_rank) in sorted(collective_sequences(facts).items()):
+        collectives += _match(pg, seqs, per_rank, origin)
+        first = _first_desync(pg, seqs, per_rank)
         if first is not None:
             desync.append(first)
     wait: Dict[int, float] = {}

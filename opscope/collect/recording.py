@@ -35,9 +35,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
+from opscope.collect.flight_recorder import flight_recorder_rows
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
-from opscope.model.torch_names import CLOCK_OFFSET_KEY
+from opscope.model.torch_names import CLOCK_OFFSET_KEY, FLIGHT_RECORDER_KEY
 
 Mark = Tuple[int, int, str]
 
@@ -113,6 +114,9 @@ class Recording:
         offset = self._take_clock_offset()
         if offset is not None:
             metadata[CLOCK_OFFSET_KEY] = json.dumps(offset)
+        flights = flight_recorder_rows(raw.start_ns + raw.epoch_offset_ns)
+        if flights:
+            metadata[FLIGHT_RECORDER_KEY] = json.dumps(flights, separators=(",", ":"))
         extra: Dict[str, Any] = dict(
             metadata=metadata, memory_sightings=sightings,
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))

@@ -26,6 +26,9 @@ EVALUATE_FUNCTION_PREFIX = EVALUATE_FUNCTION + ": "
 DISTRIBUTED_INFO_KEY = "distributedInfo"
 # opscope's own metadata key: ns to ADD to this rank's Unix times to get rank 0's clock
 CLOCK_OFFSET_KEY = "opscopeClockOffsetNs"
+# opscope's own metadata key: the flight recorder's collectives of the window, as rows
+# [group name, collective_seq_id, profiling name, time created (Unix ns)]
+FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
 # Collectives as each layer names them. The calling thread's dispatcher op
 # ("c10d::allreduce_", timing only the enqueue of an async op), the backend's
 # range spanning the real work ("gloo:all_reduce" on gloo's worker thread,

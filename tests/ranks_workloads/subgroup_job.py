@@ -1,0 +1,30 @@
+"""A 2-rank gloo job whose rank 0 also issues collectives in a subgroup of its own.
+
+    torchrun --nproc-per-node 2 subgroup_job.py OUTDIR
+
+Every step: an all_reduce on the whole job, one on the subgroup [0] (rank 0 only),
+a broadcast and a barrier. Each rank writes OUTDIR/job.rank<R>.pt.trace.json.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import opscope
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+solo = dist.new_group([0])  # every rank takes part in creating it; only rank 0 is in it
+tensor = torch.ones(16)
+with opscope.profile(record_shapes=True) as prof:
+    for _ in range(3):
+        dist.all_reduce(tensor)
+        if rank == 0:
+            dist.all_reduce(tensor, group=solo)
+        dist.broadcast(tensor, 0)
+        dist.barrier()
+prof.export_chrome_trace(os.path.join(sys.argv[1], f"job.rank{rank}.pt.trace.json"))
+dist.destroy_process_group()
