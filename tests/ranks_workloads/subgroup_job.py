@@ -14,17 +14,23 @@ import torch.distributed as dist
 
 import opscope
 
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-solo = dist.new_group([0])  # every rank takes part in creating it; only rank 0 is in it
-tensor = torch.ones(16)
-with opscope.profile(record_shapes=True) as prof:
-    for _ in range(3):
-        dist.all_reduce(tensor)
-        if rank == 0:
-            dist.all_reduce(tensor, group=solo)
-        dist.broadcast(tensor, 0)
-        dist.barrier()
-prof.export_chrome_trace(os.path.join(sys.argv[1], f"job.rank{rank}.pt.trace.json"))
-dist.destroy_process_group()
+
+def main(folder: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    solo = dist.new_group([0])  # every rank takes part in creating it; only rank 0 is in it
+    tensor = torch.ones(16)
+    with opscope.profile(record_shapes=True) as prof:
+        for _ in range(3):
+            dist.all_reduce(tensor)
+            if rank == 0:
+                dist.all_reduce(tensor, group=solo)
+            dist.broadcast(tensor, 0)
+            dist.barrier()
+    prof.export_chrome_trace(os.path.join(folder, f"job.rank{rank}.pt.trace.json"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
