@@ -65,11 +65,7 @@ def step_ranges(session: ProfileSession) -> np.ndarray:
 
 
 def _step_ranges(session: ProfileSession) -> np.ndarray:
-    table = session.table
-    ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(PROFILER_STEP_PREFIX)]
-    if not ids or len(table) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.isin(table.name_id, ids))
+    return np.flatnonzero(session.table.named_like(PROFILER_STEP_PREFIX))
 
 
 def event_steps(session: ProfileSession) -> np.ndarray:

@@ -31,12 +31,12 @@ from __future__ import annotations
 import gzip
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.analysis.rank_traces import (RankFacts, RankTraceError, clock_offset_ns,
-                                          rank_facts, rank_from_name, session_rank)
+from opscope.analysis.rank_traces import (RankFacts, clock_offset_ns, load_ranks,
+                                          rank_from_name)
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
                                        PROFILER_STEP_PREFIX)
@@ -85,8 +85,7 @@ def step_times(session: ProfileSession, shift_ns: int = 0) -> StepTimes:
         return StepTimes()
     names = table.symbols.names
     for prefix in (PROFILER_STEP_PREFIX, OPTIMIZER_STEP_PREFIX):
-        ids = [i for i, n in enumerate(names) if n.startswith(prefix)]
-        rows = np.flatnonzero(np.isin(table.name_id, ids)) if ids else np.zeros(0, np.int64)
+        rows = np.flatnonzero(table.named_like(prefix))
         if not len(rows):
             continue
         rows = rows[np.argsort(table.start_ns[rows], kind="stable")]
@@ -140,30 +139,21 @@ def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
     ...
     opscope.analysis.rank_traces.RankTraceError: no rank traces given
     """
-    from opscope.analysis.build import load_session
-
-    by_rank: Dict[int, RankFacts] = {}
     steps: Dict[int, StepTimes] = {}
-    shown: Optional[tuple] = None
-    for path in paths:
-        session = load_session(path, max_bytes=max_bytes)
-        rank = session_rank(session, path)
-        if rank is None:
-            continue
-        facts = rank_facts(session, path, rank)
+    shown: List[Tuple[int, str, ProfileSession]] = []  # the lowest rank's first trace
+
+    def each(rank: int, path: str, session: ProfileSession) -> None:
         times = step_times(session, session.epoch_offset_ns + clock_offset_ns(session))
-        if rank in by_rank:
-            by_rank[rank].add(facts)
+        if rank in steps:
             steps[rank].add(times)
         else:
-            by_rank[rank], steps[rank] = facts, times
+            steps[rank] = times
         if visit is not None:
             visit(rank, path, session)
-        if shown is None or rank < shown[0]:
-            shown = (rank, path, session)
-        del session  # the shown session and one other in memory at a time
-    if shown is None:
-        raise RankTraceError("no rank traces given" if not paths else
-                             "no trace names its rank (distributedInfo.rank in the trace, "
-                             "or rank<R> in the file name)")
-    return RankJob([by_rank[r] for r in sorted(by_rank)], steps, shown[2], shown[0], shown[1])
+        if not shown or rank < shown[0][0]:
+            shown[:] = [(rank, path, session)]
+
+    facts = load_ranks(list(paths), max_bytes=max_bytes, visit=each)
+    rank, path, session = shown[0]
+    return RankJob(facts, steps, session, rank, path)
+

@@ -26,7 +26,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -158,14 +158,13 @@ def clock_offset_ns(session: ProfileSession) -> int:
     return value if type(value) is int else 0
 
 
-def _steps(session: ProfileSession, names: List[str]) -> Tuple[int, int]:
+def _steps(session: ProfileSession) -> Tuple[int, int]:
     """(steps, summed step ns): ProfilerStep ranges, else optimizer steps, else the window."""
     table = session.table
     if len(table) == 0:
         return 0, 0
     for prefix in (PROFILER_STEP_PREFIX, OPTIMIZER_STEP_PREFIX):
-        ids = [i for i, n in enumerate(names) if n.startswith(prefix)]
-        rows = np.flatnonzero(np.isin(table.name_id, ids)) if ids else []
+        rows = np.flatnonzero(table.named_like(prefix))
         if len(rows) and prefix == PROFILER_STEP_PREFIX:
             return len(rows), int((table.end_ns[rows] - table.start_ns[rows]).sum())
         if len(rows):  # optimizer steps: from the first event to the last step's end
@@ -218,7 +217,7 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
     world = info.get("world_size")
     names = session.table.symbols.names
     calls = keyed_calls(collective_calls(session, offset), flight_rows(session))
-    steps, step_ns = _steps(session, names)
+    steps, step_ns = _steps(session)
     table = session.table
     shift = session.epoch_offset_ns + offset
     compute, comm, overlap = _times(session, names, calls, shift)
@@ -230,8 +229,13 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
 
 
 def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *,
-               max_bytes: Optional[int] = None) -> List[RankFacts]:
+               max_bytes: Optional[int] = None,
+               visit: Optional[Callable[[int, str, ProfileSession], None]] = None
+               ) -> List[RankFacts]:
     """The facts of each rank's traces in ``folder_or_paths``, by rank.
+
+    Each trace is loaded once and dropped before the next one; ``visit(rank,
+    path, session)``, when given, sees every rank's session while it is loaded.
 
     Raises :class:`RankTraceError` when there is no trace or no trace names a
     rank, and :class:`opscope.load.TraceLoadError` naming a file that cannot
@@ -252,7 +256,9 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
         if rank is None:
             continue
         facts = rank_facts(session, path, rank)
-        del session  # one trace in memory at a time
+        if visit is not None:
+            visit(rank, path, session)
+        del session  # one trace in memory at a time (unless visit keeps it)
         if rank in by_rank:
             by_rank[rank].add(facts)
         else:

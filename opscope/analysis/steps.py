@@ -100,10 +100,9 @@ def optimizer_step_rows(session: ProfileSession) -> np.ndarray:
 
 def _optimizer_step_rows(session: ProfileSession) -> np.ndarray:
     table = session.table
-    ids = [i for i, n in enumerate(table.symbols.names) if n.startswith(OPTIMIZER_STEP_PREFIX)]
-    if not ids or len(table) == 0:
+    marked = table.named_like(OPTIMIZER_STEP_PREFIX)
+    if not marked.any():
         return np.zeros(0, dtype=np.int64)
-    marked = np.isin(table.name_id, ids)
     above = nearest_marked(table.parent, marked)  # the nearest optimizer step, itself included
     parent_step = np.where(table.parent >= 0, above[np.maximum(table.parent, 0)], -1)
     rows = np.flatnonzero(marked & (parent_step < 0))

@@ -228,6 +228,13 @@ class EventTable:
     def name(self, i: int) -> str:
         return self.symbols[int(self.name_id[i])]
 
+    def named_like(self, prefix: str) -> np.ndarray:
+        """Per event: True where its name starts with ``prefix`` (``ProfilerStep#``...)."""
+        ids = [i for i, n in enumerate(self.symbols.names) if n.startswith(prefix)]
+        if not ids:
+            return np.zeros(len(self), dtype=bool)
+        return np.isin(self.name_id, ids)
+
     def inputs(self, i: int) -> Optional[RecordedInputs]:
         """Recorded inputs of event ``i`` (None without ``record_shapes``)."""
         off = int(self.input_offset[i])
