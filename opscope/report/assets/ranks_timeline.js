@@ -21,18 +21,7 @@ function rankTimeline(box, tl) {
   const scroll = el("div", { class: "timeline-scroll" }, canvas);
   const info = el("span", { class: "muted" });
   const state = { t0: 0, t1: Math.max(tl.window_ns, 1), width: 900, drag: null, frame: 0, drawn: 0 };
-  const zoomBy = (f, at) => {
-    const mid = state.t0 + (state.t1 - state.t0) * ((at === undefined ? state.width / 2 : at) / state.width);
-    const span = Math.min(Math.max((state.t1 - state.t0) * f, 1000), tl.window_ns * 4 || 1e9);
-    state.t0 = mid - (mid - state.t0) * span / (state.t1 - state.t0);
-    state.t1 = state.t0 + span;
-    schedule();
-  };
-  const panBy = dx => {
-    const d = (state.t1 - state.t0) * dx / state.width;
-    state.t0 += d; state.t1 += d;
-    schedule();
-  };
+  const { zoomBy, panBy } = zoomPan(state, tl.window_ns, () => schedule());
   box.append(el("div", { class: "toolbar" },
     el("button", { text: "+", onclick: () => zoomBy(0.5) }),
     el("button", { text: "−", onclick: () => zoomBy(2) }),

@@ -8,6 +8,24 @@ function laneLabel(lane) {
 }
 const TL_ROW = 16, TL_HEAD = 20, TL_AXIS = 22;
 
+// Zoom (by factor f around pixel px, default the middle) and pan (by dx pixels) of a
+// timeline's view [state.t0, state.t1] of a window of windowNs; both redraw via schedule().
+function zoomPan(state, windowNs, schedule) {
+  const zoomBy = (f, px) => {
+    const at = state.t0 + (state.t1 - state.t0) * ((px === undefined ? state.width / 2 : px) / state.width);
+    const span = Math.min(Math.max((state.t1 - state.t0) * f, 1000), windowNs * 4 || 1e9);
+    state.t0 = at - (at - state.t0) * span / (state.t1 - state.t0);
+    state.t1 = state.t0 + span;
+    schedule();
+  };
+  const panBy = dx => {
+    const d = (state.t1 - state.t0) * dx / state.width;
+    state.t0 += d; state.t1 += d;
+    schedule();
+  };
+  return { zoomBy, panBy };
+}
+
 function decodeLanes(tl) {
   return tl.lanes.map(lane => {
     const n = lane.start.length, start = new Float64Array(n);
@@ -39,18 +57,7 @@ VIEWS.timeline = function (section) {
   let y = TL_AXIS;
   for (const lane of lanes) { lane.y = y; y += TL_HEAD + lane.rows * TL_ROW + 6; }
   const height = Math.max(y, TL_AXIS + 40);
-  const zoomBy = (f, px) => {
-    const at = state.t0 + (state.t1 - state.t0) * ((px === undefined ? state.width / 2 : px) / state.width);
-    const span = Math.min(Math.max((state.t1 - state.t0) * f, 1000), tl.window_ns * 4 || 1e9);
-    state.t0 = at - (at - state.t0) * span / (state.t1 - state.t0);
-    state.t1 = state.t0 + span;
-    schedule();
-  };
-  const panBy = px => {
-    const d = (state.t1 - state.t0) * px / state.width;
-    state.t0 += d; state.t1 += d;
-    schedule();
-  };
+  const { zoomBy, panBy } = zoomPan(state, tl.window_ns, () => schedule());
   const reset = () => { state.t0 = 0; state.t1 = Math.max(tl.window_ns, 1); schedule(); };
   section.append(el("div", { class: "toolbar" },
     el("button", { text: "+", title: "zoom in (w)", onclick: () => zoomBy(0.5) }),
