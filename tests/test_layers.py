@@ -29,6 +29,7 @@ RANKS: Dict[str, int] = {
     "opscope.analysis": 2,
     "opscope.export": 3,
     "opscope.report": 3,
+    "opscope.store": 3,
     "opscope.cli": 5,
     "opscope.__main__": 5,
 }
