@@ -51,7 +51,7 @@ def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
     traces = tmp_path / "traces"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        OMP_NUM_THREADS="1", OPSCOPE_ON_DEMAND_DIR=str(control))
+        OMP_NUM_THREADS="1", OPSCOPE_ON_DEMAND_DIR=str(control), PYTHONFAULTHANDLER="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "opscope.on_demand", str(SCRIPT), str(tmp_path)]

@@ -2,7 +2,7 @@
 
 Ranks on one host share a clock. Across hosts they do not, so when a
 recording starts on a multi-rank job :class:`ClockSync` estimates, in a
-background daemon thread, the nanoseconds to ADD to this rank's Unix times
+background thread, the nanoseconds to ADD to this rank's Unix times
 to get rank 0's clock (the trace metadata's ``opscopeClockOffsetNs``):
 
 - every rank publishes its host name under ``opscope/clock/host/<rank>``;
@@ -106,7 +106,7 @@ class ClockSync:
 
     @classmethod
     def start(cls) -> Optional["ClockSync"]:
-        """Begin estimating in a daemon thread; None when there is nothing to estimate."""
+        """Begin estimating in a background thread; None when there is nothing to estimate."""
         mode = clock_sync_mode()
         ranks = job_store.job_ranks()
         if mode == "off" or ranks is None or ranks[1] <= 1:
@@ -114,13 +114,13 @@ class ClockSync:
         if mode == "auto" and launched_on_one_host(ranks[1]):
             return None
         # opened here, not in the thread: the clone connects with the job's own timeout,
-        # and a daemon thread still in a store call at interpreter exit aborts the process
+        # and a thread still in a store call at interpreter exit aborts the process
         store = job_store.open_job_store()
         if store is None:
             return None
         sync = cls(mode, ranks[0])
         sync._store = store
-        sync._thread = job_store.start_daemon(sync._run, "opscope-clock-sync")
+        sync._thread = job_store.start_thread(sync._run, "opscope-clock-sync")
         return sync
 
     def offset(self, wait_s: float = STOP_WAIT_S) -> Optional[int]:

@@ -12,7 +12,7 @@ a key ``check`` found. Where the Store has ``clone()`` (torch 2.8 and later)
 each JobStore is a clone with its own connection and a short timeout, so an
 opscope thread never holds the job's client lock; on older torch it shares
 the job's client, where those calls hold its lock only briefly. Threads that
-use a JobStore are daemons (:func:`start_daemon`) and stop at exit
+use a JobStore start with :func:`start_thread` and stop at exit
 (:func:`stopping`); none survives a fork.
 
 Example::
@@ -36,7 +36,9 @@ from typing import Any, Callable, List, Optional, Tuple
 KEY_PREFIX = "opscope"
 STORE_TIMEOUT_S = 5.0  # a clone's timeout: a call on a store that stopped answering
 EXIT_WAIT_S = STORE_TIMEOUT_S + 1.0  # the most exit waits for a thread inside a store call
-_shutdown = threading.Event()
+_shutdown = threading.Event()  # set: every opscope store thread ends
+_main_finished = threading.Event()  # set when the main thread has finished (threading's hook)
+_hooked = False
 _threads: List[threading.Thread] = []
 _warned = set()
 
@@ -155,33 +157,82 @@ def open_job_store(timeout_s: float = STORE_TIMEOUT_S) -> Optional[JobStore]:
 
 
 def stopping() -> bool:
-    """True once the interpreter is exiting: background loops end."""
-    return _shutdown.is_set()
+    """True once the program is ending: background loops end.
 
-
-def start_daemon(target: Callable[[], None], name: str) -> threading.Thread:
-    """Start ``target`` on a daemon thread (it never keeps the process alive).
-
-    ``target`` must end soon after :func:`stopping` turns True: at exit the
-    thread is waited for (at most :data:`EXIT_WAIT_S`), because a thread
-    still inside a store call when the interpreter finalises aborts the
-    process.
+    That is once the main thread has finished and no thread of the program's
+    own is left running (see :func:`start_thread`), or at the latest at exit.
     """
-    thread = threading.Thread(target=target, name=name, daemon=True)
+    if _shutdown.is_set():
+        return True
+    if _main_finished.is_set() and not _program_threads_alive():
+        _shutdown.set()
+        return True
+    return False
+
+
+def _program_threads_alive() -> bool:
+    """True while a non-daemon thread other than main and opscope's own still runs."""
+    main = threading.main_thread()
+    return any(t.is_alive() and not t.daemon and t is not main and t not in _threads
+               for t in threading.enumerate())
+
+
+def _store_calls_are_bounded() -> bool:
+    """True where this torch's Store can be cloned: every opscope store call has a timeout."""
+    torch = sys.modules.get("torch")
+    c10d = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
+    return hasattr(getattr(c10d, "Store", None), "clone")
+
+
+def start_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start ``target`` on a background thread that exit stops and waits for.
+
+    ``target`` must end soon after :func:`stopping` turns True. A thread
+    still inside a store call when the interpreter finalises aborts the
+    process ("terminate called without an active exception": Python ends
+    such a thread by unwinding through torch's C++ frames). So where store
+    calls are bounded (a clone's timeout) and Python can stop opscope's
+    threads before it waits for the program's (``threading._register_atexit``),
+    the thread is not a daemon: the interpreter waits for it to leave its
+    store call, at most :data:`STORE_TIMEOUT_S`, and only then finalises.
+    Elsewhere it is a daemon that exit waits for at most :data:`EXIT_WAIT_S`.
+    """
+    joined_at_exit = _hook_registered() and _store_calls_are_bounded()
+    thread = threading.Thread(target=target, name=name, daemon=not joined_at_exit)
     _threads[:] = [t for t in _threads if t.is_alive()] + [thread]
     thread.start()
     return thread
 
 
+def _hook_registered() -> bool:
+    """Register :func:`_main_thread_finished` with threading's exit hooks, once; success."""
+    global _hooked
+    if not _hooked:
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is not None:
+                register(_main_thread_finished)
+                _hooked = True
+        except RuntimeError:  # already shutting down
+            pass
+    return _hooked
+
+
+def _main_thread_finished() -> None:
+    """The main thread is done; the interpreter is about to wait for non-daemon threads."""
+    _main_finished.set()
+
+
 def _reset_in_child() -> None:
     """After fork: the parent's threads are not in the child; its own start afresh."""
-    global _shutdown
+    global _shutdown, _main_finished
     _shutdown = threading.Event()
+    _main_finished = threading.Event()
     _threads.clear()
 
 
 def _at_exit() -> None:
-    """Stop every opscope store thread and wait for it to leave its store call."""
+    """Stop every opscope store thread still running and wait for it to leave its store call."""
     import time
 
     _shutdown.set()
@@ -189,6 +240,8 @@ def _at_exit() -> None:
     for thread in list(_threads):
         if thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            warn_once(f"thread {thread.name} was still in a call to the job's store at exit")
 
 
 atexit.register(_at_exit)

@@ -5,9 +5,9 @@ it. That rank posts it in the job's own c10d store
 (:mod:`opscope.collect.job_store`) with a first step far enough ahead for
 every rank to see it: its current optimizer step plus :data:`MIN_MARGIN_STEPS`
 plus the steps it runs in :data:`MARGIN_S`. Every rank's :class:`JobRequests`
-thread (a daemon; it waits for the process group, then polls the store every
-:data:`POLL_S`) arms its agent for exactly that step range, so every rank
-records the same optimizer steps. A rank that sees the request after its
+thread (``job_store.start_thread``; it waits for the process group, then polls
+the store every :data:`POLL_S`) arms its agent for exactly that step range, so every
+rank records the same optimizer steps. A rank that sees the request after its
 first step records nothing and says so. Each rank posts its answer; the
 triggered rank gathers them (for at most :data:`GATHER_S` after its own) and
 answers ``opscope trigger`` with every rank's trace.
@@ -97,7 +97,7 @@ class JobRequests:
         self._opened: Optional[JobStore] = None  # opened on the training thread (open_store)
         self._next = 0
         self._missing_since: Optional[float] = None
-        self._thread = job_store.start_daemon(self._run, "opscope-on-demand-job")
+        self._thread = job_store.start_thread(self._run, "opscope-on-demand-job")
 
     @staticmethod
     def in_job() -> bool:
@@ -114,8 +114,8 @@ class JobRequests:
         """Open this agent's store connection, on the calling (training) thread.
 
         Opening is a ``Store.clone()``, which connects with the job's own timeout; made
-        here, it is never under way in the daemon thread when the interpreter exits
-        (a daemon thread leaving a store call during finalisation aborts the process).
+        here, it is never under way in the background thread when the interpreter exits
+        (see :func:`job_store.start_thread`).
         Its later calls use :data:`job_store.STORE_TIMEOUT_S`, which exit waits out.
         """
         try:
