@@ -1,0 +1,5 @@
+"""placeholder"""
+
+
+def connect(store, *, memory_limit=None):
+    raise NotImplementedError
