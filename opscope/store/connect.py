@@ -69,6 +69,7 @@ import os
 import stat
 from typing import List, Optional, Union
 
+from opscope.store.folder import check_store_folder
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, require_duckdb)
 
@@ -162,8 +163,6 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     the path when it is not a store, and StoreError saying ``pip install
     'opscope[store]'`` when duckdb is missing.
     """
-    from opscope.store.write import check_store_folder
-
     duckdb = require_duckdb()
     path = os.path.abspath(check_store_folder(os.fspath(store), create=False))
     if not os.access(path, os.R_OK | os.X_OK):
