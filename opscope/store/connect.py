@@ -70,10 +70,9 @@ Example (a store with one window)::
 from __future__ import annotations
 
 import os
-import stat
 from typing import List, Optional, Union
 
-from opscope.store.folder import check_store_folder
+from opscope.store.folder import check_store_folder, partition_values, regular_file_inside
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, require_duckdb)
 
@@ -121,35 +120,21 @@ DERIVED_VIEWS = {
 VIEWS = tuple(COLUMNS) + tuple(DERIVED_VIEWS)
 
 
-def _partitions(folder: str, key: str) -> List[str]:
-    """Sub-folders ``key=<int>`` of ``folder`` (symlinks skipped), by number."""
-    try:
-        names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    found = []
-    for name in names:
-        k, _, value = name.partition("=")
-        path = os.path.join(folder, name)
-        if k == key and value.lstrip("-").isdigit() and not os.path.islink(path) \
-                and os.path.isdir(path):
-            found.append((int(value), path))
-    return [p for _, p in sorted(found)]
-
-
 def part_files(store: str, table: str) -> List[str]:
-    """The Parquet files of ``table`` (regular files only), in rank and window order."""
-    folders = _partitions(os.path.join(store, table), "rank")
-    if table not in RANK_TABLES:
-        folders = [w for r in folders for w in _partitions(r, "window")]
+    """The Parquet files of ``table``, in rank and window order; a symlink on the way
+    raises StoreError (see ``opscope.store.folder.regular_file_inside``)."""
+    root = os.path.join(store, table)
+    if os.path.islink(root):
+        raise StoreError(f"store {store!r}: {root!r} is a symlink; not following it")
     files = []
-    for folder in folders:
-        path = os.path.join(folder, PART_FILE)
-        try:
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                files.append(path)
-        except FileNotFoundError:
-            pass
+    for rank in partition_values(root, "rank"):
+        folder = os.path.join(root, f"rank={rank}")
+        if table in RANK_TABLES:
+            paths = [os.path.join(folder, PART_FILE)]
+        else:
+            paths = [os.path.join(folder, f"window={w}", PART_FILE)
+                     for w in partition_values(folder, "window")]
+        files += [p for p in paths if regular_file_inside(store, p)]
     return files
 
 
