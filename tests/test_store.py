@@ -275,3 +275,26 @@ def test_a_failing_store_handler_warns_once_a_window_and_the_job_goes_on(tmp_pat
     mine = [str(w.message) for w in caught if "store_handler" in str(w.message)]
     assert len(mine) == 2 and all("No space left" in m and "\n" not in m for m in mine)
     assert len(prof.session.table) > 0
+
+
+def test_a_malformed_store_gives_one_store_error(tmp_path, native_only):
+    import pyarrow as pa
+
+    prof = train()
+    prof.export_store(str(tmp_path / "s"))
+    events = tmp_path / "s" / "events" / "rank=0" / "window=0" / "part-0.parquet"
+    good = events.read_bytes()
+    pq.write_table(pa.table({"name": [1, 2]}), events)  # the wrong columns
+    with pytest.raises(StoreError, match="window 0: malformed"):
+        load_store_session(tmp_path / "s")
+    events.write_bytes(b"PAR1 not really")
+    with pytest.raises(StoreError, match="cannot read"):
+        load_store_session(tmp_path / "s")
+    events.write_bytes(good)
+    sessions = tmp_path / "s" / "sessions" / "rank=0" / "window=0" / "part-0.parquet"
+    table = pq.read_table(sessions)
+    table = table.set_column(table.schema.get_field_index("extras"), "extras",
+                             pa.array(['{"modules": [{"bad": 1}]}']))
+    pq.write_table(table, sessions)
+    with pytest.raises(StoreError, match="extras"):
+        read_window(tmp_path / "s")

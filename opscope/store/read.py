@@ -173,6 +173,16 @@ def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
     store = os.fspath(store)
     rank, window = _pick(store, rank, window)
     where = f"store {store!r}, rank {rank}, window {window}"
+    try:
+        return _read_window(store, rank, window, where)
+    except (ValueError, TypeError, KeyError, IndexError, NotImplementedError,
+            OverflowError) as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
     parts = {t: read_part(store, t, rank, window)
              for t in ("events", "inputs", "stacks", "memory", "sessions")}
     events, session = parts["events"], parts["sessions"]
