@@ -30,7 +30,8 @@ keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
 - ``ops``: ``events`` plus ``input_dims``, ``input_types``, ``input_strides``,
   ``concrete_inputs`` and ``frames``.
 - ``collective_ranks``: per matched collective (``pg``, ``seq``) and rank:
-  ``kind``, ``window``, ``step``, ``bytes``, ``call_site``, ``arrival_ns``,
+  ``kind``, ``window``, ``step`` (the step of ``steps`` its arrival falls in), ``bytes``,
+  ``call_site``, ``arrival_ns``,
   ``end_ns``, ``duration_ns``, ``transfer_ns`` (the shortest duration across the
   ranks: the TensorBoard rule), ``wait_ns`` (the rest), ``late_ns`` (arrival after
   the first rank's) and ``ranks`` (how many ranks issued it).
@@ -179,3 +180,22 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE VIEW "{name}" AS {sql}')
     return con
+
+
+def _views_doc() -> str:
+    """The module doc's part on the views, and the example queries, for ``connect``'s doc."""
+    from opscope.store.examples import EXAMPLE_QUERIES
+
+    doc = __doc__ or ""
+    views = doc[doc.find("Every table"):doc.find("Example (a store")].rstrip()
+    examples = "\n\n".join(f"{name.capitalize()}::\n\n" + "\n".join(
+        "    " + line for line in sql.splitlines()) for name, sql in EXAMPLE_QUERIES.items())
+    return f"\n    The views\n    ---------\n\n{_indent(views)}\n\n    Examples\n    " \
+           f"--------\n\n{_indent(examples)}\n"
+
+
+def _indent(text: str) -> str:
+    return "\n".join(("    " + line).rstrip() for line in text.splitlines())
+
+
+connect.__doc__ = (connect.__doc__ or "") + _views_doc()
