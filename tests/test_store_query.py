@@ -169,3 +169,49 @@ def test_readme_sql_blocks_are_the_tested_examples():
         pytest.skip("the README has no '## Stores' section yet")
     blocks = re.findall(r"```sql\n(.*?)```", section.group(0), flags=re.S)
     assert sorted(b.strip() for b in blocks) == sorted(q.strip() for q in EXAMPLE_QUERIES.values())
+
+
+HANDLER_JOB = """\
+import sys, torch, torch.distributed as dist, opscope
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with opscope.profile(record_shapes=True, on_trace_ready=opscope.store_handler(sys.argv[1]),
+                     schedule=opscope.schedule(wait=0, warmup=1, active=2, repeat=2)) as prof:
+    for _ in range(6):
+        model(torch.randn(4, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+dist.destroy_process_group()
+"""
+
+
+def test_store_handler_under_torchrun_one_store_for_every_rank(tmp_path):
+    import os
+    import sys
+
+    from subprocesses import run_in_group
+    from test_ranks import REPO, free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(HANDLER_JOB)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = run_in_group([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+                         str(script), str(tmp_path / "store")],
+                        timeout=240, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "store_handler" not in done.stderr
+    from opscope.store import windows
+
+    assert windows(tmp_path / "store") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    con = connect(tmp_path / "store")
+    per_window = con.sql('SELECT rank, "window", count(*) FROM collectives GROUP BY ALL '
+                         'ORDER BY ALL').fetchall()
+    assert [(r, w) for r, w, _ in per_window] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert con.sql("SELECT count(*) FROM collective_ranks WHERE ranks <> 2").fetchall() == [(0,)]
+    kinds = con.sql("SELECT DISTINCT kind FROM steps").fetchall()
+    assert kinds == [("profiler_step",)]
