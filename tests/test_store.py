@@ -298,3 +298,23 @@ def test_a_malformed_store_gives_one_store_error(tmp_path, native_only):
     pq.write_table(table, sessions)
     with pytest.raises(StoreError, match="extras"):
         read_window(tmp_path / "s")
+
+
+def test_a_partition_written_batch_by_batch_reads_the_same(tmp_path, native_only):
+    prof = train(record_shapes=True, with_stack=True)
+    prof.export_store(str(tmp_path / "s"))
+    path = tmp_path / "s" / "events" / "rank=0" / "window=0" / "part-0.parquet"
+    events = pq.read_table(path)
+    half = events.num_rows // 2
+    writer = StoreWriter(tmp_path / "s")
+    with pytest.raises(RuntimeError):
+        with writer.part_writer("events", 0, 0) as part:
+            part.write_table(events.slice(0, half))
+            raise RuntimeError("the source failed half way")
+    assert pq.read_table(path).equals(events)  # the old file stays, no temp file is left
+    with writer.part_writer("events", 0, 0) as part:
+        for batch in (events.slice(0, half), events.slice(half)):
+            part.write_table(batch)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2
+    assert tables(read_back(prof, tmp_path / "s")) == tables(prof)
+    assert [p.name for p in path.parent.iterdir()] == ["part-0.parquet"]
