@@ -6,7 +6,8 @@ symlink, a file, or a non-empty folder that is not a store is refused with a
 per-window tables of one session; ``write_collectives(rank, facts)`` the
 rank's collectives, keyed as ``opscope.analysis.collective_keys`` keys them;
 ``close()`` writes the collectives still pending and then the marker file,
-last. Every Parquet file is written under a temp name in its own folder and
+last. A writer that streams a big window writes each table itself, batch by
+batch, with ``part_writer(table, rank, window)``. Every Parquet file is written under a temp name in its own folder and
 renamed onto its place, so a reader never sees half a file and a window
 written again replaces the old one.
 
