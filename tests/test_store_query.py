@@ -145,6 +145,19 @@ def test_bad_input_exits_2_with_one_line(training_store, tmp_path, capsys):
         assert err.count("\n") == 1 and words in err and err.startswith("opscope: error:")
     status, _, err = query(capsys, training_store, "SELECT 1", "--format", "xml")
     assert status == 2 and err.count("\n") == 1
+    status, _, err = query(capsys, training_store, "SELECT 1", "--memory-limit", "lots")
+    assert status == 2 and err.count("\n") == 1 and "memory_limit 'lots'" in err
+    status, out, _ = query(capsys, training_store, "SELECT 1 AS one", "--memory-limit", "200MB")
+    assert status == 0 and out.split() == ["one", "---", "1"]
+
+
+def test_a_corrupt_file_is_one_line(tmp_path, capsys):
+    with opscope.profile() as prof:
+        torch.ones(2).add(1)
+    prof.export_store(str(tmp_path / "s"))
+    (tmp_path / "s" / "stacks" / "rank=0" / "window=0" / "part-0.parquet").write_bytes(b"junk")
+    status, _, err = query(capsys, tmp_path / "s", "SELECT count(*) FROM events")
+    assert status == 2 and err.count("\n") == 1 and "'stacks'" in err
 
 
 def test_without_duckdb_the_install_line(training_store, monkeypatch, capsys):

@@ -174,11 +174,20 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
         raise StoreError(f"store {os.fspath(store)!r}: permission denied")
     con = duckdb.connect(":memory:")
     if memory_limit is not None:
-        con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
-    for table in COLUMNS:
-        con.execute(f'CREATE VIEW "{table}" AS {table_sql(path, table)}')
-    for name, sql in DERIVED_VIEWS.items():
-        con.execute(f'CREATE VIEW "{name}" AS {sql}')
+        try:
+            con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
+        except duckdb.Error:
+            con.close()
+            raise StoreError(f"memory_limit {memory_limit!r} is not a size DuckDB takes "
+                             f"(e.g. '1GB', '500MB')") from None
+    for name, sql in [(t, table_sql(path, t)) for t in COLUMNS] + list(DERIVED_VIEWS.items()):
+        try:
+            con.execute(f'CREATE VIEW "{name}" AS {sql}')
+        except duckdb.Error as exc:
+            con.close()
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StoreError(f"store {os.fspath(store)!r}: cannot read its {name!r} "
+                             f"table ({first})") from None
     return con
 
 
