@@ -51,12 +51,19 @@ def arrow_table(table: str, columns: Dict[str, Any]):
     arrays = []
     for field in schema:
         values = columns[field.name]
-        if pa.types.is_dictionary(field.type):
-            arrays.append(values if isinstance(values, pa.Array) else
-                          pa.array(values, pa.string()).dictionary_encode())
+        if isinstance(values, pa.Array):
+            arrays.append(values if values.type == field.type else values.cast(field.type))
+        elif pa.types.is_dictionary(field.type):
+            arrays.append(pa.array(values, pa.string()).dictionary_encode())
         else:
             arrays.append(pa.array(values, field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _nulls(n: int):
+    """``n`` null int64 values (a column that was not recorded)."""
+    pa, _ = require_pyarrow()
+    return pa.nulls(n, pa.int64())
 
 
 def _dictionary(codes: np.ndarray, names: List[Optional[str]]):
@@ -104,7 +111,6 @@ def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray
     t = session.table
     n = len(t)
     module_row = event_modules(session)
-    module_names: List[Optional[str]] = [t.symbols[i] for i in range(len(t.symbols))]
     module_code = np.where(module_row >= 0, t.name_id[np.maximum(module_row, 0)], -1) \
         if n else np.zeros(0, dtype=np.int64)
     memory = session.event_memory or {}
@@ -119,12 +125,12 @@ def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray
         "rf_thread_id": t.rf_thread_id.astype(np.int64),
         "scope": t.scope.astype(np.int8), "flags": t.flags.astype(np.int8),
         "step": step_numbers(session),
-        "module": _dictionary(module_code.astype(np.int64), module_names),
+        "module": _dictionary(module_code.astype(np.int64), t.symbols.names),
         "input_id": t.input_signatures()[0], "stack_id": stack_id,
-        "flops": session.flops if session.flops is not None else [None] * n,
+        "flops": session.flops if session.flops is not None else _nulls(n),
     }
     for name in _MEMORY_USAGE:
-        cols[name] = memory[name] if name in memory else [None] * n
+        cols[name] = memory[name] if name in memory else _nulls(n)
     return cols
 
 
