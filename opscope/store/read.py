@@ -193,8 +193,10 @@ def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
     shift = int(row["epoch_offset_ns"] or 0) + int(row["clock_offset_ns"] or 0)
     recs, row_of, names = _records(events, extras, shift)
     thread_ids = extras["thread_ids"]
-    n_threads = max([len(thread_ids)] + [int(t) + 1 for t in recs["thread_index"][:1]]
-                    + ([int(recs["thread_index"].max()) + 1] if len(recs) else []))
+    threads = recs["thread_index"]
+    n_threads = max(len(thread_ids), int(threads.max()) + 1 if len(recs) else 0)
+    if len(recs) and (int(threads.min()) < 0 or n_threads > len(thread_ids) + len(recs)):
+        raise StoreError(f"{where}: events.thread_index out of range")
     thread_ids = thread_ids + [0] * (n_threads - len(thread_ids))
     kept = np.flatnonzero(row_of >= 0)
     blobs, offsets = _input_blobs(events, parts["inputs"], row_of[kept],
