@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import gzip
 import itertools
 import json
 import os
@@ -57,6 +58,7 @@ def train(**options):
             model(torch.randn(5, 8)).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
+            opscope.itt.mark("step done")
             prof.step()
     return prof
 
@@ -86,6 +88,11 @@ def assert_round_trip(prof, tmp_path: Path):
     back = read_back(prof, store)
     assert tables(back) == tables(prof)
     assert chrome_trace(back, tmp_path / "b.json") == chrome_trace(prof, tmp_path / "a.json")
+    if prof.profile_memory:  # the categories come from the memory records and sightings
+        for p, name in ((prof, "a"), (back, "b")):
+            p.export_memory_timeline(str(tmp_path / f"{name}.raw.json.gz"))
+        assert (gzip.decompress((tmp_path / "a.raw.json.gz").read_bytes())
+                == gzip.decompress((tmp_path / "b.raw.json.gz").read_bytes()))
     return store
 
 
