@@ -1,0 +1,127 @@
+"""key_averages of a store, computed in DuckDB: the rows ``opscope table STORE`` prints.
+
+The SQL groups the ``events`` view exactly as ``opscope.analysis.aggregate.key_averages``
+groups a session's table: by display name (``ProfilerStep#N`` shows as ``ProfilerStep*``)
+and whether the event is a user range, then by input shapes (``input_dims``, ``[]`` when
+none) or the N innermost frames when asked. Rows come in order of each key's first event
+(rank, window, event_id), and the float totals are summed in that order too, so the
+figures are the very doubles ``key_averages`` computes and the table prints the same
+text. Only the rows leave DuckDB: no session of the store is built.
+
+Utility ops (``aten::is_leaf`` ...) are not in a store: it holds the events of the built
+session, which ``build_session`` already filtered.
+
+Example::
+
+    >>> key_sql("shape", 0).count("input_dims"), "frames" in key_sql("stack", 3)
+    (1, True)
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from opscope.model.function_event import FunctionEventAvg
+from opscope.model.records import FLAG_ASYNC, SCOPE_USER
+from opscope.model.torch_names import PROFILER_STEP_PREFIX, PROFILER_STEP_WILDCARD
+
+Window = Tuple[int, int]  # (rank, window) of a store
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def chosen_sql(windows: Sequence[Window]) -> str:
+    """A ``VALUES`` relation ``c(r, w)`` of the chosen windows (ints only, so no quoting).
+
+    >>> chosen_sql([(0, 1), (2, 3)])
+    '(VALUES (0, 1), (2, 3)) c(r, w)'
+    """
+    pairs = ", ".join(f"({int(r)}, {int(w)})" for r, w in windows)
+    return f"(VALUES {pairs}) c(r, w)"
+
+
+def key_sql(group_kind: Optional[str], frames: int) -> str:
+    """The per-event key columns ``shapes`` and ``frames`` for a grouping (NULL when not grouped)."""
+    shapes = "coalesce(i.input_dims, '[]')" if group_kind == "shape" else "NULL::VARCHAR"
+    stack = (f"coalesce(s.frames[1:{int(frames)}], [])" if group_kind == "stack" and frames > 0
+             else "NULL::VARCHAR[]")
+    return f"{shapes} AS shapes, {stack} AS frames"
+
+
+def aggregate_sql(windows: Sequence[Window], group_kind: Optional[str] = None,
+                  frames: int = 0) -> str:
+    """The query: one row per key, in order of its first event."""
+    step = _quoted(PROFILER_STEP_PREFIX)
+    joins = ""
+    if group_kind == "shape":
+        joins += (" LEFT JOIN inputs i ON i.rank = e.rank AND i.\"window\" = e.\"window\""
+                  " AND i.input_id = e.input_id")
+    if group_kind == "stack":
+        joins += (" LEFT JOIN stacks s ON s.rank = e.rank AND s.\"window\" = e.\"window\""
+                  " AND s.stack_id = e.stack_id")
+    order = "(e.rank, e.\"window\", e.event_id)"
+    return f"""
+WITH ev AS (
+  SELECT CASE WHEN starts_with(e.name, {step}) THEN {_quoted(PROFILER_STEP_WILDCARD)}
+              ELSE e.name END AS key,
+         e.scope = {SCOPE_USER} AS is_user, e.scope, (e.flags & {FLAG_ASYNC}) <> 0 AS is_async,
+         {order} AS pos, e.rank, e."window", e.input_id,
+         CAST(e.dur_ns AS DOUBLE) / 1000.0 AS total_us,
+         CAST(e.self_ns AS DOUBLE) / 1000.0 AS self_us,
+         coalesce(e.cpu_memory_usage, 0) AS mem, coalesce(e.self_cpu_memory_usage, 0) AS self_mem,
+         coalesce(e.flops, 0) AS flops, {key_sql(group_kind, frames)}
+  FROM events e SEMI JOIN {chosen_sql(windows)} ON e.rank = c.r AND e."window" = c.w
+  {joins}
+)
+SELECT key, is_user, count(*) AS n,
+       sum(total_us ORDER BY pos) AS total_us, sum(self_us ORDER BY pos) AS self_us,
+       sum(mem) AS mem, sum(self_mem) AS self_mem, sum(flops) AS flops,
+       arg_min(scope, pos) AS scope, arg_min(is_async, pos) AS is_async,
+       arg_min(rank, pos) AS first_rank, arg_min("window", pos) AS first_window,
+       arg_min(input_id, pos) AS first_input, any_value(frames) AS frames, min(pos) AS first
+FROM ev GROUP BY key, is_user, shapes, frames ORDER BY first"""
+
+
+def _first_shapes(con, rows: List[tuple]) -> Dict[tuple, list]:
+    """(rank, window, input_id) -> decoded input shapes, for each row's first event."""
+    import numpy as np
+
+    from opscope.model.records import decode_inputs
+
+    wanted = sorted({(r[10], r[11], r[12]) for r in rows if r[12] is not None and r[12] >= 0})
+    if not wanted:
+        return {}
+    values = ", ".join(f"({int(a)}, {int(b)}, {int(c)})" for a, b, c in wanted)
+    found = con.execute(
+        f"SELECT i.rank, i.\"window\", i.input_id, i.words FROM inputs i SEMI JOIN "
+        f"(VALUES {values}) k(r, w, n) ON i.rank = k.r AND i.\"window\" = k.w "
+        f"AND i.input_id = k.n").fetchall()
+    return {(r, w, n): decode_inputs(np.asarray(words, dtype=np.int64), 0).shapes
+            for r, w, n, words in found}
+
+
+def store_key_averages(con, windows: Sequence[Window], *, group_by_input_shape: bool = False,
+                       group_by_stack_n: int = 0) -> List[FunctionEventAvg]:
+    """One FunctionEventAvg per key over the events of ``windows``, as ``key_averages``.
+
+    ``con`` is ``opscope.store.connect(STORE)``; several windows (or ranks) add up,
+    keys ordered by their first event in (rank, window, event_id) order.
+    """
+    if not windows:
+        return []
+    kind = "shape" if group_by_input_shape else "stack" if group_by_stack_n > 0 else None
+    rows = con.execute(aggregate_sql(windows, kind, group_by_stack_n)).fetchall()
+    shapes = _first_shapes(con, rows) if group_by_input_shape else {}
+    out = []
+    for (key, is_user, count, total, self_total, mem, self_mem, flops, scope, is_async,
+         rank, window, input_id, frames, _) in rows:
+        out.append(FunctionEventAvg(
+            key, count=int(count), cpu_time_total=float(total),
+            self_cpu_time_total=float(self_total),
+            input_shapes=shapes.get((rank, window, input_id), []) if group_by_input_shape
+            else "", stack=list(frames or []), scope=int(scope), cpu_memory_usage=int(mem),
+            self_cpu_memory_usage=int(self_mem), flops=int(flops), is_async=bool(is_async),
+            is_user_annotation=bool(is_user)))
+    return out
