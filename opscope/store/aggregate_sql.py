@@ -7,6 +7,7 @@ none) or the N innermost frames when asked. Rows come in order of each key's fir
 (rank, window, event_id), and the float totals are summed in that order too, so the
 figures are the very doubles ``key_averages`` computes and the table prints the same
 text. Only the rows leave DuckDB: no session of the store is built.
+``store_diff_side`` gives ``opscope diff`` its side of a store the same way.
 
 Utility ops (``aten::is_leaf`` ...) are not in a store: it holds the events of the built
 session, which ``build_session`` already filtered.
@@ -125,3 +126,30 @@ def store_key_averages(con, windows: Sequence[Window], *, group_by_input_shape: 
             self_cpu_memory_usage=int(self_mem), flops=int(flops), is_async=bool(is_async),
             is_user_annotation=bool(is_user)))
     return out
+
+
+def module_names(con, windows: Sequence[Window]) -> Optional[set]:
+    """The names of the modules recorded in ``windows`` (``sessions.extras``); None: none were."""
+    if not windows:
+        return None
+    rows = con.execute(
+        f"SELECT json_extract_string(s.extras, '$.modules[*].name') FROM sessions s "
+        f"SEMI JOIN {chosen_sql(windows)} ON s.rank = c.r AND s.\"window\" = c.w").fetchall()
+    found = [names for (names,) in rows if names is not None]
+    return {str(n) for names in found for n in names if n is not None} if found else None
+
+
+def store_diff_side(con, windows: Sequence[Window], session=None):
+    """The ``analysis.diff.DiffSide`` of a store's ``windows``, aggregated in DuckDB.
+
+    ``session``, the one window loaded when module rows are to be compared, gives
+    them (``analysis.modules.module_rows`` needs the event tree); None: none.
+    """
+    from opscope.analysis.diff import DiffSide, op_side, session_side
+
+    n, self_ns = con.execute(
+        f"SELECT count(*), coalesce(sum(e.self_ns), 0) FROM events e SEMI JOIN "
+        f"{chosen_sql(windows)} ON e.rank = c.r AND e.\"window\" = c.w").fetchone()
+    modules = session_side(session).modules if session is not None else None
+    return DiffSide(op_side(store_key_averages(con, windows), module_names(con, windows)),
+                    modules, float(int(self_ns)) / 1000.0, int(n))
