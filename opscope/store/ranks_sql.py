@@ -60,10 +60,6 @@ def facts_of_window(rank: int, path: str, world_size: Optional[int], text: Optio
 
 def _calls(con) -> Dict[int, List[CollectiveCall]]:
     """Per rank, its calls in the order the store holds them (the scan keeps file order)."""
-    tables = {row[0] for row in con.execute(
-        "SELECT table_name FROM information_schema.tables").fetchall()}
-    if "collectives" not in tables:
-        return {}
     out: Dict[int, List[CollectiveCall]] = {}
     rows = con.execute("SELECT rank, kind, bytes, arrival_ns, end_ns, duration_ns, call_site, "
                        "fr_pg, fr_seq FROM collectives").fetchall()
