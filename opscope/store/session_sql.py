@@ -8,8 +8,9 @@ verb reads:
   trace folder's newest trace is read;
 - ``--rank R``: rank R's newest window; ``--window W``: window W of the lowest rank
   that has it; both: that one window;
-- ``all`` for either: every rank (each its newest window, or window W) or every
-  window of the chosen rank(s). The verbs add the chosen windows up.
+- ``--rank all``: every rank, each its newest window (or window W); ``--window all``:
+  every window of the chosen rank (the lowest by default). The verbs add the
+  chosen windows up.
 
 ``recorded(con, windows)`` says what the chosen windows hold (shapes, stacks,
 FLOPs, memory, events), as the checks of ``opscope table`` ask a session.
@@ -22,6 +23,8 @@ Example::
     [(0, 1)]
     >>> [(w.rank, w.window) for w in choose_windows(ws, "all", "0", "s")]
     [(0, 0), (1, 0)]
+    >>> [(w.rank, w.window) for w in choose_windows(ws, None, "all", "s")]
+    [(0, 0), (0, 1)]
     >>> choose_windows(ws, "2", None, "s")
     Traceback (most recent call last):
     ...
@@ -98,19 +101,23 @@ def choose_windows(windows: Sequence[StoreWindow], rank: Optional[str], window: 
     if not windows:
         raise StoreError(f"store {store!r} has no windows")
     ranks = sorted({w.rank for w in windows})
-    want_rank = ranks[0] if rank is None and window is None else (
-        None if rank is None else _pick(rank, "rank"))
+    want_window = _pick(window, "window") if window is not None else None
+    if rank is not None:
+        want_rank = _pick(rank, "rank")
+    elif want_window is not None:  # the lowest rank that has that window
+        want_rank = min([w.rank for w in windows if w.window == want_window], default=ranks[0])
+    else:
+        want_rank = ranks[0]
     if want_rank is not None and want_rank not in ranks:
         raise StoreError(f"store {store!r} has no rank {want_rank} (its ranks: "
                          f"{', '.join(map(str, ranks))})")
-    want_window = _pick(window, "window") if window is not None else None
     mine = [w for w in windows if want_rank is None or w.rank == want_rank]
     if want_window is not None:
         mine = [w for w in mine if w.window == want_window]
         if not mine:
             raise StoreError(f"store {store!r} has no window {want_window}"
                              + (f" of rank {want_rank}" if want_rank is not None else ""))
-        return mine if rank is not None else mine[:1]
+        return mine
     if window == ALL:
         return mine
     return [_newest([w for w in mine if w.rank == r]) for r in sorted({w.rank for w in mine})]
