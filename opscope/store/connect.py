@@ -34,7 +34,11 @@ keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
   ``end_ns``, ``duration_ns``, ``transfer_ns`` (the shortest duration across the
   ranks: the TensorBoard rule), ``wait_ns`` (the rest), ``late_ns`` (arrival after
   the first rank's) and ``ranks`` (how many ranks issued it).
-- ``steps``: per rank, window and step: ``start_ns``, ``end_ns``, ``dur_ns``.
+- ``steps``: per rank, window and step: ``step``, ``start_ns``, ``end_ns``,
+  ``dur_ns``, ``kind``: the ``ProfilerStep#N`` ranges (``kind`` 'profiler_step',
+  ``step`` N), else, in a window without them, the optimizer steps ('optimizer_step',
+  ``step`` 0, 1, ... in the window: from the previous optimizer step's end, or the
+  window's start, to this one's end).
 
 Example (a store with one window)::
 
@@ -69,6 +73,7 @@ import os
 import stat
 from typing import List, Optional, Union
 
+from opscope.store.folder import check_store_folder
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, require_duckdb)
 
@@ -81,10 +86,25 @@ DERIVED_VIEWS = {
         LEFT JOIN stacks s ON s.rank = e.rank AND s."window" = e."window"
                           AND s.stack_id = e.stack_id""",
     "steps": """
-        SELECT rank, "window", step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-               max(end_ns) - min(start_ns) AS dur_ns
-        FROM events WHERE step >= 0 AND name LIKE 'ProfilerStep#%'
-        GROUP BY rank, "window", step""",
+        WITH profiler_steps AS (
+            SELECT rank, "window", step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                   'profiler_step' AS kind
+            FROM events WHERE step >= 0 AND name LIKE 'ProfilerStep#%'
+            GROUP BY rank, "window", step),
+        optimizer_steps AS (
+            SELECT o.rank, o."window",
+                   CAST(row_number() OVER w - 1 AS INTEGER) AS step,
+                   coalesce(lag(o.end_ns) OVER w, s.start_ns) AS start_ns, o.end_ns,
+                   'optimizer_step' AS kind
+            FROM events o JOIN sessions s ON s.rank = o.rank AND s."window" = o."window"
+            WHERE o.name LIKE 'Optimizer.step#%'
+            WINDOW w AS (PARTITION BY o.rank, o."window" ORDER BY o.end_ns))
+        SELECT rank, "window", step, start_ns, end_ns, end_ns - start_ns AS dur_ns, kind
+        FROM profiler_steps
+        UNION ALL
+        SELECT rank, "window", step, start_ns, end_ns, end_ns - start_ns AS dur_ns, kind
+        FROM optimizer_steps o WHERE NOT EXISTS (
+            SELECT 1 FROM profiler_steps p WHERE p.rank = o.rank AND p."window" = o."window")""",
     "collective_ranks": """
         SELECT c.pg, c.seq, c.kind, c.rank, c."window", st.step, c.bytes, c.call_site,
                c.arrival_ns, c.end_ns, c.duration_ns,
@@ -162,8 +182,6 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     the path when it is not a store, and StoreError saying ``pip install
     'opscope[store]'`` when duckdb is missing.
     """
-    from opscope.store.write import check_store_folder
-
     duckdb = require_duckdb()
     path = os.path.abspath(check_store_folder(os.fspath(store), create=False))
     if not os.access(path, os.R_OK | os.X_OK):

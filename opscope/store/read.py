@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -39,53 +38,22 @@ from opscope.analysis.collectives import CollectiveCall
 from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSession
 from opscope.model.session import ProfileSession
 from opscope.store.extras import read_extras
-from opscope.store.schema import StoreError, part_path, require_pyarrow
-
-
-def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
-    """The pyarrow table of one partition file, or None when it does not exist.
-
-    A symlink or non-regular file there is refused (StoreError naming it).
-    """
-    _, pq = require_pyarrow()
-    path = part_path(store, table, rank, window)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(mode):
-        raise StoreError(f"store {store!r}: {path!r} is not a regular file")
-    try:
-        return pq.read_table(path)
-    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-        raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
-
-
-def _partition_values(folder: str, key: str) -> List[int]:
-    if not os.path.isdir(folder) or os.path.islink(folder):
-        return []
-    out = []
-    for name in os.listdir(folder):
-        k, _, value = name.partition("=")
-        if k == key and value.lstrip("-").isdigit():
-            out.append(int(value))
-    return sorted(out)
+from opscope.store.folder import check_store_folder, partition_values, read_part
+from opscope.store.schema import StoreError, require_pyarrow
 
 
 def windows(store: "str | os.PathLike[str]") -> List[Tuple[int, int]]:
     """Every (rank, window) with a sessions partition, sorted."""
-    from opscope.store.write import check_store_folder
-
     store = check_store_folder(os.fspath(store), create=False)
     root = os.path.join(store, "sessions")
-    return [(r, w) for r in _partition_values(root, "rank")
-            for w in _partition_values(os.path.join(root, f"rank={r}"), "window")]
+    return [(r, w) for r in partition_values(root, "rank")
+            for w in partition_values(os.path.join(root, f"rank={r}"), "window")]
 
 
 def sessions_of_rank(store: str, rank: int) -> List[Dict[str, Any]]:
     """The sessions row of each window of ``rank``, with its ``window`` added."""
     out = []
-    for w in _partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window"):
+    for w in partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window"):
         part = read_part(store, "sessions", rank, w)
         if part is not None and part.num_rows:
             row = part.slice(0, 1).to_pylist()[0]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
@@ -37,51 +36,14 @@ from opscope.analysis.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
 from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
+from opscope.analysis.facts import step_ranges
 from opscope.model.session import ProfileSession
-from opscope.store.schema import (FORMAT, MARKER, PART_FILE, TABLES, VERSION, WINDOW_TABLES,
-                                  StoreError, part_path, require_pyarrow)
+from opscope.model.torch_names import PROFILER_STEP_PREFIX
+from opscope.store.folder import check_store_folder, partition_values
+from opscope.store.read import sessions_of_rank, stored_calls
+from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
+                                  part_path, require_pyarrow)
 from opscope.store.tables import arrow_table, window_tables
-
-
-def check_store_folder(path: str, *, create: bool) -> str:
-    """``path`` as a str after checking it is a store (or, with ``create``, may become one).
-
-    A symlink, a non-folder, or a non-empty folder without the marker is
-    refused with a StoreError naming the path.
-    """
-    path = os.fspath(path)
-    if os.path.islink(path):
-        raise StoreError(f"store {path!r} is a symlink; expected a folder")
-    if not os.path.lexists(path):
-        if create:
-            return path
-        raise StoreError(f"store {path!r}: no such folder")
-    if not stat.S_ISDIR(os.lstat(path).st_mode):
-        raise StoreError(f"{path!r} is not an opscope store (not a folder)")
-    marker = os.path.join(path, MARKER)
-    if os.path.lexists(marker):
-        read_marker(path)
-    elif not create or os.listdir(path):
-        raise StoreError(f"{path!r} is not an opscope store (no {MARKER} in it)")
-    return path
-
-
-def read_marker(path: str) -> dict:
-    """The store's marker, checked; StoreError naming the store when it is not one."""
-    marker = os.path.join(path, MARKER)
-    try:
-        if not stat.S_ISREG(os.lstat(marker).st_mode):
-            raise ValueError("not a regular file")
-        with open(marker, encoding="utf-8") as f:
-            doc = json.loads(f.read(1 << 16))
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path!r} is not an opscope store ({MARKER}: {exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise StoreError(f"{path!r} is not an opscope store ({MARKER} names no {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise StoreError(f"store {path!r} has version {doc.get('version')!r}; this opscope "
-                         f"reads version {VERSION}")
-    return doc
 
 
 def _make_dirs(store: str, folder: str) -> None:
@@ -93,7 +55,11 @@ def _make_dirs(store: str, folder: str) -> None:
         if os.path.islink(current):
             raise StoreError(f"store {store!r}: {current!r} is a symlink; refusing to write")
         if not os.path.isdir(current):
-            os.mkdir(current)
+            try:
+                os.mkdir(current)
+            except FileExistsError:  # another rank made it first
+                if os.path.islink(current) or not os.path.isdir(current):
+                    raise StoreError(f"store {store!r}: {current!r} is not a folder") from None
 
 
 def write_parquet(store: str, table, path: str) -> None:
@@ -116,15 +82,7 @@ def write_parquet(store: str, table, path: str) -> None:
 
 def window_numbers(store: str, rank: int) -> List[int]:
     """The windows of ``rank`` that have a sessions partition, sorted."""
-    folder = os.path.join(store, "sessions", f"rank={int(rank)}")
-    if not os.path.isdir(folder) or os.path.islink(folder):
-        return []
-    out = []
-    for name in os.listdir(folder):
-        key, _, value = name.partition("=")
-        if key == "window" and value.lstrip("-").isdigit():
-            out.append(int(value))
-    return sorted(out)
+    return partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window")
 
 
 class StoreWriter:
@@ -134,7 +92,11 @@ class StoreWriter:
         require_pyarrow()
         self.path = check_store_folder(os.fspath(path), create=True)
         if not os.path.isdir(self.path):
-            os.makedirs(self.path)
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create store {self.path!r}: "
+                                 f"{exc.strerror or exc}") from None
         # rank -> [(window, calls of that window)] not yet in its collectives file
         self._pending: Dict[int, List[Tuple[int, List[CollectiveCall]]]] = {}
 
@@ -171,8 +133,7 @@ class StoreWriter:
         if facts is None:
             facts = rank_facts(session, session.source_path, rank)
         if window_name is None:
-            window_name = (os.path.basename(session.source_path) if session.source_path
-                           else f"window{window}")
+            window_name = default_window_name(session, window)
         tables = window_tables(session, session.epoch_offset_ns + clock_offset_ns,
                                window_name=window_name, clock_offset_ns=clock_offset_ns,
                                rank_facts=facts)
@@ -201,8 +162,6 @@ class StoreWriter:
 
     def _window_starts(self, rank: int) -> List[Tuple[int, int]]:
         """(aligned start ns, window) of each window of ``rank`` in the store, by start."""
-        from opscope.store.read import sessions_of_rank
-
         return sorted((int(row["start_ns"]), int(row["window"]))
                       for row in sessions_of_rank(self.path, rank))
 
@@ -229,8 +188,6 @@ class StoreWriter:
 
     def _flush_pending(self, rank: int) -> None:
         """Merge the pending windows' calls with the rank's stored ones and rewrite them."""
-        from opscope.store.read import stored_calls
-
         pending = self._pending.pop(rank, [])
         fresh = {w for w, _ in pending}
         rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in fresh]
@@ -257,10 +214,21 @@ class StoreWriter:
         os.replace(tmp, marker)
 
 
+def default_window_name(session: ProfileSession, window: int) -> str:
+    """The source file's name, else ``step<N>`` of its first ``ProfilerStep#N``, else
+    ``window<W>``."""
+    if session.source_path:
+        return os.path.basename(session.source_path)
+    steps = step_ranges(session)
+    if len(steps):
+        tail = session.table.name(int(steps[0]))[len(PROFILER_STEP_PREFIX):]
+        if tail.isdigit():
+            return f"step{tail}"
+    return f"window{window}"
+
+
 def _group_of_rank(store: str, rank: int) -> Optional[Tuple[str, Dict[str, List[int]]]]:
     """(group, group_ranks) from the rank's latest window's rank_facts, if any."""
-    from opscope.store.read import sessions_of_rank
-
     rows = sorted(sessions_of_rank(store, rank), key=lambda r: int(r["window"]))
     for row in reversed(rows):
         try:
@@ -273,4 +241,4 @@ def _group_of_rank(store: str, rank: int) -> Optional[Tuple[str, Dict[str, List[
     return None
 
 
-__all__ = ["StoreWriter", "StoreError", "check_store_folder", "read_marker", "PART_FILE"]
+__all__ = ["StoreWriter", "StoreError"]
