@@ -93,7 +93,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=main)
 
 
-class Recorded(NamedTuple):
+class TableData(NamedTuple):
     """What a trace (or a store's windows) recorded, as the table's checks ask it."""
 
     shapes: bool
@@ -103,14 +103,14 @@ class Recorded(NamedTuple):
     memory: bool
 
 
-def session_recorded(session: ProfileSession) -> Recorded:
+def session_data(session: ProfileSession) -> TableData:
     """What ``session`` recorded."""
-    return Recorded(shapes_recorded(session), bool(session.stacks and any(session.stacks)),
+    return TableData(shapes_recorded(session), bool(session.stacks and any(session.stacks)),
                     bool(session.modules), session.flops is not None,
                     session.event_memory is not None)
 
 
-def check_group_data(has: Recorded, group_by: Optional[GroupBy], where: str) -> None:
+def check_group_data(has: TableData, group_by: Optional[GroupBy], where: str) -> None:
     """Raise :class:`UsageError` when the trace lacks what ``group_by`` groups by.
 
     ``where`` names it: ``trace 'x.json'`` or ``store 's' (rank 0, window 1 (step1))``.
@@ -128,7 +128,7 @@ def check_group_data(has: Recorded, group_by: Optional[GroupBy], where: str) -> 
                          f"with_modules=True)")
 
 
-def check_sort_data(has: Recorded, sort: Optional[str], where: str) -> None:
+def check_sort_data(has: TableData, sort: Optional[str], where: str) -> None:
     """Raise :class:`UsageError` when ``sort`` is a column the trace has no data for.
 
     Sorting by FLOPs or memory that were not recorded would order nothing and
@@ -199,7 +199,7 @@ def check_sort(sort: Optional[str], group_by: Optional[GroupBy]) -> None:
 
 def print_session_table(args: argparse.Namespace, session: ProfileSession, where: str) -> int:
     """Check the data, then print ``session``'s table (or say it has no ops); return 0."""
-    has = session_recorded(session)
+    has = session_data(session)
     check_group_data(has, args.group_by, where)
     check_sort_data(has, args.sort, where)
     if len(session.table) == 0:
@@ -228,7 +228,7 @@ def store_main(args: argparse.Namespace) -> int:
     options = chosen_options(windows)
     with store_errors(args.trace), progress("analysing"):
         found = recorded(con, windows)
-        has = Recorded(options["record_shapes"] or found.inputs, found.stacks, False,
+        has = TableData(options["record_shapes"] or found.inputs, found.stacks, False,
                        found.flops, found.memory)
         check_group_data(has, args.group_by, where)
         check_sort_data(has, args.sort, where)
@@ -238,7 +238,8 @@ def store_main(args: argparse.Namespace) -> int:
         rows = store_key_averages(
             con, [(w.rank, w.window) for w in windows],
             group_by_input_shape=args.group_by is not None and args.group_by.kind == "shape",
-            group_by_stack_n=args.group_by.frames if args.group_by is not None else 0)
+            group_by_stack_n=args.group_by.frames if args.group_by is not None else 0,
+            store=args.trace)
         text = rows_table(rows, options, sort=args.sort, row_limit=args.row_limit)
     write_text(text if text.endswith("\n") else text + "\n")
     return 0

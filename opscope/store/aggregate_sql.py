@@ -20,13 +20,34 @@ Example::
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from opscope.model.function_event import FunctionEventAvg
 from opscope.model.records import FLAG_ASYNC, SCOPE_USER
 from opscope.model.torch_names import PROFILER_STEP_PREFIX, PROFILER_STEP_WILDCARD
+from opscope.store.schema import StoreError
 
 Window = Tuple[int, int]  # (rank, window) of a store
+
+
+class _Row(NamedTuple):
+    """One row of ``aggregate_sql``'s result, in its column order."""
+
+    key: str
+    is_user: bool
+    count: int
+    total_us: float
+    self_us: float
+    mem: int
+    self_mem: int
+    flops: int
+    scope: int
+    is_async: bool
+    rank: int  # the first event's rank, window and input signature
+    window: int
+    input_id: int
+    frames: Optional[list]
+    first: tuple
 
 
 def _quoted(text: str) -> str:
@@ -66,11 +87,12 @@ def aggregate_sql(windows: Sequence[Window], group_kind: Optional[str] = None,
     return f"""
 WITH ev AS (
   SELECT CASE WHEN starts_with(e.name, {step}) THEN {_quoted(PROFILER_STEP_WILDCARD)}
-              ELSE e.name END AS key,
-         e.scope = {SCOPE_USER} AS is_user, e.scope, (e.flags & {FLAG_ASYNC}) <> 0 AS is_async,
-         {order} AS pos, e.rank, e."window", e.input_id,
-         CAST(e.dur_ns AS DOUBLE) / 1000.0 AS total_us,
-         CAST(e.self_ns AS DOUBLE) / 1000.0 AS self_us,
+              ELSE coalesce(e.name, '') END AS key,
+         coalesce(e.scope, 0) = {SCOPE_USER} AS is_user, coalesce(e.scope, 0) AS scope,
+         (coalesce(e.flags, 0) & {FLAG_ASYNC}) <> 0 AS is_async,
+         {order} AS pos, e.rank, e."window", coalesce(e.input_id, -1) AS input_id,
+         CAST(coalesce(e.dur_ns, 0) AS DOUBLE) / 1000.0 AS total_us,
+         CAST(coalesce(e.self_ns, 0) AS DOUBLE) / 1000.0 AS self_us,
          coalesce(e.cpu_memory_usage, 0) AS mem, coalesce(e.self_cpu_memory_usage, 0) AS self_mem,
          coalesce(e.flops, 0) AS flops, {key_sql(group_kind, frames)}
   FROM events e SEMI JOIN {chosen_sql(windows)} ON e.rank = c.r AND e."window" = c.w
@@ -85,13 +107,13 @@ SELECT key, is_user, count(*) AS n,
 FROM ev GROUP BY key, is_user, shapes, frames ORDER BY first"""
 
 
-def _first_shapes(con, rows: List[tuple]) -> Dict[tuple, list]:
+def _first_shapes(con, rows: List[_Row], store: str) -> Dict[tuple, list]:
     """(rank, window, input_id) -> decoded input shapes, for each row's first event."""
     import numpy as np
 
     from opscope.model.records import decode_inputs
 
-    wanted = sorted({(r[10], r[11], r[12]) for r in rows if r[12] is not None and r[12] >= 0})
+    wanted = sorted({(r.rank, r.window, r.input_id) for r in rows if r.input_id >= 0})
     if not wanted:
         return {}
     values = ", ".join(f"({int(a)}, {int(b)}, {int(c)})" for a, b, c in wanted)
@@ -99,33 +121,38 @@ def _first_shapes(con, rows: List[tuple]) -> Dict[tuple, list]:
         f"SELECT i.rank, i.\"window\", i.input_id, i.words FROM inputs i SEMI JOIN "
         f"(VALUES {values}) k(r, w, n) ON i.rank = k.r AND i.\"window\" = k.w "
         f"AND i.input_id = k.n").fetchall()
-    return {(r, w, n): decode_inputs(np.asarray(words, dtype=np.int64), 0).shapes
-            for r, w, n, words in found}
+    out = {}
+    for r, w, n, words in found:
+        try:
+            out[(r, w, n)] = decode_inputs(np.asarray(words or [], dtype=np.int64), 0,
+                                           len(words or [])).shapes
+        except (IndexError, ValueError, TypeError, OverflowError):
+            raise StoreError(f"store {store!r}: rank {r}, window {w}: malformed "
+                             f"inputs.words of input {n}") from None
+    return out
 
 
 def store_key_averages(con, windows: Sequence[Window], *, group_by_input_shape: bool = False,
-                       group_by_stack_n: int = 0) -> List[FunctionEventAvg]:
+                       group_by_stack_n: int = 0, store: str = "store") -> List[FunctionEventAvg]:
     """One FunctionEventAvg per key over the events of ``windows``, as ``key_averages``.
 
     ``con`` is ``opscope.store.connect(STORE)``; several windows (or ranks) add up,
-    keys ordered by their first event in (rank, window, event_id) order.
+    keys ordered by their first event in (rank, window, event_id) order. ``store``
+    names the store in errors.
     """
     if not windows:
         return []
     kind = "shape" if group_by_input_shape else "stack" if group_by_stack_n > 0 else None
-    rows = con.execute(aggregate_sql(windows, kind, group_by_stack_n)).fetchall()
-    shapes = _first_shapes(con, rows) if group_by_input_shape else {}
-    out = []
-    for (key, is_user, count, total, self_total, mem, self_mem, flops, scope, is_async,
-         rank, window, input_id, frames, _) in rows:
-        out.append(FunctionEventAvg(
-            key, count=int(count), cpu_time_total=float(total),
-            self_cpu_time_total=float(self_total),
-            input_shapes=shapes.get((rank, window, input_id), []) if group_by_input_shape
-            else "", stack=list(frames or []), scope=int(scope), cpu_memory_usage=int(mem),
-            self_cpu_memory_usage=int(self_mem), flops=int(flops), is_async=bool(is_async),
-            is_user_annotation=bool(is_user)))
-    return out
+    rows = [_Row(*r) for r in con.execute(aggregate_sql(windows, kind, group_by_stack_n))
+            .fetchall()]
+    shapes = _first_shapes(con, rows, store) if group_by_input_shape else {}
+    return [FunctionEventAvg(
+        r.key, count=int(r.count), cpu_time_total=float(r.total_us),
+        self_cpu_time_total=float(r.self_us),
+        input_shapes=shapes.get((r.rank, r.window, r.input_id), []) if group_by_input_shape
+        else "", stack=list(r.frames or []), scope=int(r.scope), cpu_memory_usage=int(r.mem),
+        self_cpu_memory_usage=int(r.self_mem), flops=int(r.flops), is_async=bool(r.is_async),
+        is_user_annotation=bool(r.is_user)) for r in rows]
 
 
 def module_names(con, windows: Sequence[Window]) -> Optional[set]:

@@ -58,12 +58,15 @@ def facts_of_window(rank: int, path: str, world_size: Optional[int], text: Optio
     return facts
 
 
-def _calls(con) -> Dict[int, List[CollectiveCall]]:
+def _calls(con, store: str) -> Dict[int, List[CollectiveCall]]:
     """Per rank, its calls in the order the store holds them (the scan keeps file order)."""
     out: Dict[int, List[CollectiveCall]] = {}
     rows = con.execute("SELECT rank, kind, bytes, arrival_ns, end_ns, duration_ns, call_site, "
                        "fr_pg, fr_seq FROM collectives").fetchall()
     for rank, kind, nbytes, arrival, end, duration, site, pg, seq in rows:
+        if None in (rank, kind, arrival, end, duration):
+            raise StoreError(f"store {store!r}: rank {rank}: a collective without its kind "
+                             f"or times")
         out.setdefault(int(rank), []).append(CollectiveCall(
             str(kind), nbytes, int(arrival), int(end), int(duration), site, pg, seq))
     return out
@@ -87,7 +90,7 @@ def store_rank_facts(con, store: str = "store") -> List[RankFacts]:
             by_rank[facts.rank] = facts
     if not by_rank:
         raise StoreError(f"store {store!r} has no rank facts (sessions.rank_facts is empty)")
-    calls = _calls(con)
+    calls = _calls(con, store)
     for rank, facts in by_rank.items():
         facts.calls = sorted(calls.get(rank, []), key=lambda c: c.arrival_ns)
     return [by_rank[r] for r in sorted(by_rank)]
