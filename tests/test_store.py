@@ -225,10 +225,12 @@ def test_a_symlinked_partition_is_not_followed(tmp_path, native_only):
     prof = train()
     prof.export_store(str(tmp_path / "s"))
     target = tmp_path / "s" / "events" / "rank=0" / "window=0" / "part-0.parquet"
-    target.unlink()
+    target.rename(tmp_path / "elsewhere.parquet")  # a good file, reached only by the link
     os.symlink(tmp_path / "elsewhere.parquet", target)
-    with pytest.raises(StoreError, match="not a regular file"):
-        read_window(tmp_path / "s")
+    for read in (read_window, connect):
+        with pytest.raises(StoreError, match="symlink") as info:
+            read(tmp_path / "s")
+        assert str(target) in str(info.value)
     with pytest.raises(StoreError, match="symlink"):
         StoreWriter(tmp_path / "s").write_window(prof.session, window=0)
     (tmp_path / "elsewhere").mkdir()
@@ -273,3 +275,46 @@ def test_a_failing_store_handler_warns_once_a_window_and_the_job_goes_on(tmp_pat
     mine = [str(w.message) for w in caught if "store_handler" in str(w.message)]
     assert len(mine) == 2 and all("No space left" in m and "\n" not in m for m in mine)
     assert len(prof.session.table) > 0
+
+
+def test_a_malformed_store_gives_one_store_error(tmp_path, native_only):
+    import pyarrow as pa
+
+    prof = train()
+    prof.export_store(str(tmp_path / "s"))
+    events = tmp_path / "s" / "events" / "rank=0" / "window=0" / "part-0.parquet"
+    good = events.read_bytes()
+    pq.write_table(pa.table({"name": [1, 2]}), events)  # the wrong columns
+    with pytest.raises(StoreError, match="window 0: malformed"):
+        load_store_session(tmp_path / "s")
+    events.write_bytes(b"PAR1 not really")
+    with pytest.raises(StoreError, match="cannot read"):
+        load_store_session(tmp_path / "s")
+    events.write_bytes(good)
+    sessions = tmp_path / "s" / "sessions" / "rank=0" / "window=0" / "part-0.parquet"
+    table = pq.read_table(sessions)
+    table = table.set_column(table.schema.get_field_index("extras"), "extras",
+                             pa.array(['{"modules": [{"bad": 1}]}']))
+    pq.write_table(table, sessions)
+    with pytest.raises(StoreError, match="extras"):
+        read_window(tmp_path / "s")
+
+
+def test_a_partition_written_batch_by_batch_reads_the_same(tmp_path, native_only):
+    prof = train(record_shapes=True, with_stack=True)
+    prof.export_store(str(tmp_path / "s"))
+    path = tmp_path / "s" / "events" / "rank=0" / "window=0" / "part-0.parquet"
+    events = pq.read_table(path)
+    half = events.num_rows // 2
+    writer = StoreWriter(tmp_path / "s")
+    with pytest.raises(RuntimeError):
+        with writer.part_writer("events", 0, 0) as part:
+            part.write_table(events.slice(0, half))
+            raise RuntimeError("the source failed half way")
+    assert pq.read_table(path).equals(events)  # the old file stays, no temp file is left
+    with writer.part_writer("events", 0, 0) as part:
+        for batch in (events.slice(0, half), events.slice(half)):
+            part.write_table(batch)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2
+    assert tables(read_back(prof, tmp_path / "s")) == tables(prof)
+    assert [p.name for p in path.parent.iterdir()] == ["part-0.parquet"]

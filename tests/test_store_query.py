@@ -145,6 +145,19 @@ def test_bad_input_exits_2_with_one_line(training_store, tmp_path, capsys):
         assert err.count("\n") == 1 and words in err and err.startswith("opscope: error:")
     status, _, err = query(capsys, training_store, "SELECT 1", "--format", "xml")
     assert status == 2 and err.count("\n") == 1
+    status, _, err = query(capsys, training_store, "SELECT 1", "--memory-limit", "lots")
+    assert status == 2 and err.count("\n") == 1 and "memory_limit 'lots'" in err
+    status, out, _ = query(capsys, training_store, "SELECT 1 AS one", "--memory-limit", "200MB")
+    assert status == 0 and out.split() == ["one", "---", "1"]
+
+
+def test_a_corrupt_file_is_one_line(tmp_path, capsys):
+    with opscope.profile() as prof:
+        torch.ones(2).add(1)
+    prof.export_store(str(tmp_path / "s"))
+    (tmp_path / "s" / "stacks" / "rank=0" / "window=0" / "part-0.parquet").write_bytes(b"junk")
+    status, _, err = query(capsys, tmp_path / "s", "SELECT count(*) FROM events")
+    assert status == 2 and err.count("\n") == 1 and "'stacks'" in err
 
 
 def test_without_duckdb_the_install_line(training_store, monkeypatch, capsys):
@@ -161,10 +174,57 @@ def test_without_duckdb_the_install_line(training_store, monkeypatch, capsys):
 
 
 def test_readme_sql_blocks_are_the_tested_examples():
-    """Each ```sql block of the README's store section is one of EXAMPLE_QUERIES."""
+    """The README's "## Stores" section shows each of EXAMPLE_QUERIES, and only those, in
+    its ```sql blocks (so every query it shows is run by the test above)."""
     text = README.read_text(encoding="utf-8") if README.exists() else ""
-    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
-    if not blocks:
-        pytest.skip("the README has no sql examples yet")
-    known = {q.strip() for q in EXAMPLE_QUERIES.values()}
-    assert {b.strip() for b in blocks} <= known
+    section = re.search(r"^## Stores.*?(?=^## |\Z)", text, flags=re.S | re.M)
+    if section is None:
+        pytest.skip("the README has no '## Stores' section yet")
+    blocks = re.findall(r"```sql\n(.*?)```", section.group(0), flags=re.S)
+    assert sorted(b.strip() for b in blocks) == sorted(q.strip() for q in EXAMPLE_QUERIES.values())
+
+
+HANDLER_JOB = """\
+import sys, torch, torch.distributed as dist, opscope
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with opscope.profile(record_shapes=True, on_trace_ready=opscope.store_handler(sys.argv[1]),
+                     schedule=opscope.schedule(wait=0, warmup=1, active=2, repeat=2)) as prof:
+    for _ in range(6):
+        model(torch.randn(4, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+dist.destroy_process_group()
+"""
+
+
+def test_store_handler_under_torchrun_one_store_for_every_rank(tmp_path):
+    import os
+    import sys
+
+    from subprocesses import run_in_group
+    from test_ranks import REPO, free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(HANDLER_JOB)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = run_in_group([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+                         str(script), str(tmp_path / "store")],
+                        timeout=240, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "store_handler" not in done.stderr
+    from opscope.store import windows
+
+    assert windows(tmp_path / "store") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    con = connect(tmp_path / "store")
+    per_window = con.sql('SELECT rank, "window", count(*) FROM collectives GROUP BY ALL '
+                         'ORDER BY ALL').fetchall()
+    assert [(r, w) for r, w, _ in per_window] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert con.sql("SELECT count(*) FROM collective_ranks WHERE ranks <> 2").fetchall() == [(0,)]
+    kinds = con.sql("SELECT DISTINCT kind FROM steps").fetchall()
+    assert kinds == [("profiler_step",)]
