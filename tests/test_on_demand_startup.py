@@ -188,9 +188,13 @@ def test_a_failing_hook_is_one_line_and_start_up_goes_on(tmp_path):
 SPAWNS = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import torch
+    if os.environ.get("IMPORT_OPSCOPE"):
+        import opscope
 
     def report(queue):
-        queue.put(sorted(m for m in sys.modules if m.startswith("opscope")))
+        on_demand = sys.modules.get("opscope.on_demand")
+        queue.put({"opscope": "opscope" in sys.modules,
+                   "enabled": bool(on_demand and on_demand.is_enabled())})
 
     if __name__ == "__main__":
         import opscope.on_demand
@@ -203,12 +207,15 @@ SPAWNS = textwrap.dedent("""
 """)
 
 
-def test_multiprocessing_children_get_no_agent(tmp_path):
+@pytest.mark.parametrize("imports_opscope", [False, True])
+def test_multiprocessing_children_get_no_agent(tmp_path, imports_opscope):
+    """A spawned child (a DataLoader worker, say) imports the main module again, torch with it."""
     (tmp_path / "spawns.py").write_text(SPAWNS)
-    done = run_in_group([sys.executable, str(tmp_path / "spawns.py")],
-                        env=hooked_env(tmp_path, "1"), timeout=180)
+    env = dict(hooked_env(tmp_path, "1"), **({"IMPORT_OPSCOPE": "1"} if imports_opscope else {}))
+    done = run_in_group([sys.executable, str(tmp_path / "spawns.py")], env=env, timeout=180)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"enabled": True, "child": []}
+    assert json.loads(done.stdout) == {
+        "enabled": True, "child": {"opscope": imports_opscope, "enabled": False}}
 
 
 WORKER = textwrap.dedent("""
