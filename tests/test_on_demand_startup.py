@@ -9,8 +9,10 @@ pip installed, in this interpreter and in fresh venvs.
 from __future__ import annotations
 
 import collections
+import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import site
 import subprocess
@@ -46,6 +48,7 @@ TRAIN = textwrap.dedent("""
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         time.sleep(0.005)
+    print("opscope from", getattr(sys.modules.get("opscope"), "__file__", None), flush=True)
 """)
 
 
@@ -185,6 +188,31 @@ def test_a_failing_hook_is_one_line_and_start_up_goes_on(tmp_path):
                            "understood; expected 1 or 0\n")
 
 
+def test_the_hook_module_examples():
+    import doctest
+
+    result = doctest.testmod(_opscope_startup)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("argv, skipped", [
+    (["python", "train.py"], False),
+    (["python", "-u", "-X", "importtime", "train.py", "-m", "torch.distributed.run"], False),
+    (["python", "-c", "import torch"], False),
+    (["python", "-m", "mypackage.train"], False),
+    (["/usr/bin/python3", "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], True),
+    (["python", "-m", "torch.distributed.launch", "train.py"], True),
+    (["python", "-Wignore", "-mtorch.distributed.run", "train.py"], True),
+    (["python", "-c", "from multiprocessing.forkserver import main; main(5, 6, ['__main__'])"],
+     True),
+    (["python", "-c", "from multiprocessing.resource_tracker import main;main(7)"], True),
+    (["python", "-s", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(5)",
+      "--multiprocessing-fork"], True),
+])
+def test_which_processes_get_no_agent(argv, skipped):
+    assert (_opscope_startup.skip_reason(argv) is not None) == skipped
+
+
 SPAWNS = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import torch
@@ -248,3 +276,131 @@ def test_a_program_that_imports_opscope_is_enabled_by_that_import(tmp_path):
     assert done.returncode == 0, done.stderr
     enabled, watching, files = done.stdout.split(" ", 2)
     assert (enabled, watching) == ("True", "False") and files.count(".json") == 1
+
+
+# -- the .pth as pip installs it ----------------------------------------------------------------
+def test_installed_opscope_has_the_pth_in_site_packages():
+    # installed by pip: a RECORD (a checkout's opscope.egg-info has none)
+    installed = [d for d in importlib.metadata.distributions(name="opscope")
+                 if d.read_text("RECORD") is not None]
+    if not installed:
+        pytest.skip("opscope is not installed in this interpreter (the tests run the checkout)")
+    dist = installed[0]
+    if "_opscope_startup" not in (dist.read_text("top_level.txt") or "").split():
+        pytest.skip("the installed opscope predates the start-up hook; reinstall it "
+                    "(pip install -e .) to check its .pth")
+    listed = [f for f in dist.files or () if f.name == _opscope_startup.PTH_NAME]
+    assert [str(f) for f in listed] == [_opscope_startup.PTH_NAME], "not at the wheel's root"
+    path = Path(dist.locate_file(listed[0]))
+    assert str(path) in _opscope_startup.installed_pth_files()  # in a site-packages folder
+    assert path.read_text() == _opscope_startup.PTH_LINE + "\n", f"{path} is stale: reinstall"
+
+
+def fresh_venv(tmp_path: Path, editable: bool) -> Path:
+    """A venv that sees this interpreter's packages (torch), with this checkout pip-installed."""
+    setuptools = _version("setuptools") or ()
+    if setuptools < (64,) or (setuptools < (70, 1) and _version("wheel") is None):
+        pytest.skip(f"setuptools {setuptools} cannot build the wheel offline (64, and 70.1 or "
+                    f"wheel, are needed)")
+    if _version("pip") is None:
+        pytest.skip("pip is not installed in this interpreter")
+    source = tmp_path / "source"  # a copy: the build writes build/ and egg-info beside it
+    shutil.copytree(REPO / "opscope", source / "opscope",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "_opscope_startup.py", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OPSCOPE"))}
+    for cmd in ([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
+                 str(venv)],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                 "--no-build-isolation", "--no-index", *(["-e"] if editable else []),
+                 str(source)]):
+        done = run_in_group(cmd, env=env, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return venv
+
+
+def _version(name: str):
+    """The installed version of ``name`` as a tuple of ints; () when unreadable, None if absent."""
+    try:
+        text = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    parts = []
+    for part in text.split(".")[:3]:
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def venv_site_packages(venv: Path) -> Path:
+    done = run_in_group([str(venv / "bin" / "python"), "-c",
+                         "import sysconfig; print(sysconfig.get_path('purelib'))"], timeout=60)
+    return Path(done.stdout.strip())
+
+
+def check_pth_installed(venv: Path) -> Path:
+    folder = venv_site_packages(venv)
+    assert (folder / _opscope_startup.PTH_NAME).read_text() == _opscope_startup.PTH_LINE + "\n"
+    record = next(folder.glob("opscope-*.dist-info")) / "RECORD"
+    assert any(line.startswith(_opscope_startup.PTH_NAME + ",")
+               for line in record.read_text().splitlines())  # so uninstall removes it
+    return folder
+
+
+def test_pip_install_puts_the_pth_in_site_packages_and_it_works(tmp_path, monkeypatch):
+    venv = fresh_venv(tmp_path, editable=False)
+    folder = check_pth_installed(venv)
+    assert (folder / "_opscope_startup.py").is_file()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OPSCOPE"))}
+    env.update({_opscope_startup.ENABLE_ENV: "1",
+                control.CONTROL_DIR_ENV: str(tmp_path / "control")})
+    monkeypatch.setenv(control.CONTROL_DIR_ENV, env[control.CONTROL_DIR_ENV])
+    (tmp_path / "train.py").write_text(TRAIN)
+    stop = tmp_path / "stop"
+    proc = subprocess.Popen([str(venv / "bin" / "python"), str(tmp_path / "train.py"), str(stop)],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_registration(proc)
+        # the installed CLI, with the variable set as well (a user who exported it)
+        done = run_in_group([str(venv / "bin" / "opscope"), "trigger", str(proc.pid), "--steps",
+                             "2", "-o", str(tmp_path / "traces"), "--timeout", "90"],
+                            env=env, cwd=tmp_path, timeout=180)
+        stop.write_text("stop")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert done.returncode == 0, done.stderr
+    assert proc.returncode == 0, err
+    check_two_step_trace(done.stdout.strip())
+    assert out.splitlines()[-1] == f"opscope from {folder / 'opscope' / '__init__.py'}"
+
+    done = run_in_group([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q",
+                         "opscope"], env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (folder / _opscope_startup.PTH_NAME).exists()
+    assert not (folder / "_opscope_startup.py").exists()
+
+
+def test_pip_install_editable_puts_the_pth_in_site_packages(tmp_path):
+    venv = fresh_venv(tmp_path, editable=True)
+    check_pth_installed(venv)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OPSCOPE"))}
+    python = str(venv / "bin" / "python")
+    done = run_in_group([python, "-c", MODULES], env=env, cwd=tmp_path, timeout=60)
+    assert json.loads(done.stdout) == [], done.stderr
+    env.update({_opscope_startup.ENABLE_ENV: "1",
+                control.CONTROL_DIR_ENV: str(tmp_path / "control")})
+    done = run_in_group([python, "-c", "import sys, torch, opscope.on_demand as o; print("
+                         "o.is_enabled(), sys.modules['_opscope_startup'].__file__, o.__file__)"],
+                        env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    source = tmp_path / "source"
+    assert done.stdout.split() == [
+        "True", str(source / "_opscope_startup.py"), str(source / "opscope" / "on_demand" /
+                                                         "__init__.py")]
