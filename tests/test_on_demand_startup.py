@@ -70,7 +70,7 @@ def hooked_env(tmp_path: Path, value, pythonpath=(REPO,)) -> dict:
     (folder / _opscope_startup.PTH_NAME).write_text(_opscope_startup.PTH_LINE + "\n")
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[control.CONTROL_DIR_ENV] = str(tmp_path / "control")
-    (tmp_path / "control-cwd").mkdir(exist_ok=True)
+    (tmp_path / "cwd").mkdir(exist_ok=True)  # run_python's
     if value is not None:
         env[_opscope_startup.ENABLE_ENV] = value
     return env
@@ -79,7 +79,7 @@ def hooked_env(tmp_path: Path, value, pythonpath=(REPO,)) -> dict:
 def run_python(code: str, env: dict, *args: str, timeout: float = 120):
     """``python ARGS -c CODE`` in a folder of its own (``-c`` puts the folder first on sys.path)."""
     return run_in_group([sys.executable, *args, "-c", code], env=env, timeout=timeout,
-                        cwd=env[control.CONTROL_DIR_ENV] + "-cwd")
+                        cwd=Path(env[control.CONTROL_DIR_ENV]).parent / "cwd")
 
 
 # opscope's modules and the hook's (not setuptools' finder of an editable install)
@@ -396,6 +396,8 @@ def test_pip_install_editable_puts_the_pth_in_site_packages(tmp_path):
     assert json.loads(done.stdout) == [], done.stderr
     env.update({_opscope_startup.ENABLE_ENV: "1",
                 control.CONTROL_DIR_ENV: str(tmp_path / "control")})
+    done = run_in_group([python, "-m", "pip", "--version"], env=env, cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")  # pip imports no torch: nothing happens
     done = run_in_group([python, "-c", "import sys, torch, opscope.on_demand as o; print("
                          "o.is_enabled(), sys.modules['_opscope_startup'].__file__, o.__file__)"],
                         env=env, cwd=tmp_path, timeout=120)
