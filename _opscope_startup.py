@@ -171,6 +171,8 @@ def _then_start(loader: Any, exec_module: Callable[[Any], None]) -> Callable[[An
     own = vars(loader).get("exec_module") if hasattr(loader, "__dict__") else None
 
     def exec_then_start(module: Any) -> None:
+        if getattr(module, "__name__", None) != "torch":  # a loader shared with submodules
+            return exec_module(module)
         try:
             exec_module(module)  # torch's own import: its errors are the program's
         finally:
