@@ -44,14 +44,19 @@ ENABLE_ENV = "OPSCOPE_ON_DEMAND"
 ON = ("1", "true", "yes", "on")
 OFF = ("", "0", "false", "no", "off")
 PTH_NAME = "opscope-on-demand.pth"
-# The .pth file's one line. site.py runs a line that starts with "import"; any failure
-# becomes one warning line and start-up goes on.
-PTH_LINE = (
-    'import os; os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower() in '
-    '("", "0", "false", "no", "off") or exec("try: __import__(\'_opscope_startup\').install()'
-    '\\nexcept Exception as e: __import__(\'sys\').stderr.write('
-    '\'opscope: warning: OPSCOPE_ON_DEMAND: the start-up hook failed: %r\\\\n\' % e)")'
+# The .pth file's one line: site.py runs a line that starts with "import". A failure becomes
+# one warning line and start-up goes on; it is not retried when the line runs again (a venv
+# with a lib64 link reads its site-packages twice).
+_PTH_CODE = (
+    "import sys\n"
+    "if '_opscope_startup' not in sys.modules:\n"
+    " try: __import__('_opscope_startup').install()\n"
+    " except Exception as e:\n"
+    "  sys.modules['_opscope_startup'] = None\n"
+    "  sys.stderr.write('opscope: warning: OPSCOPE_ON_DEMAND: the start-up hook failed: %r\\n' % e)\n"
 )
+PTH_LINE = ('import os; os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower() in '
+            '("", "0", "false", "no", "off") or exec(' + repr(_PTH_CODE) + ')')
 LAUNCHER_SCRIPTS = ("torchrun",)
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -63,7 +68,7 @@ def install() -> bool:
     when the program will be (or, torch being imported already, now is) served.
     """
     global _answer
-    if _answer is None:  # a venv with a lib64 link reads its .pth files twice
+    if _answer is None:
         _answer = _install()
     return _answer
 
