@@ -20,6 +20,8 @@ Which processes get an agent, of those that inherit the variable:
   or ``.launch``): it trains nothing;
 - not multiprocessing's helper processes (spawned or forkserver children, such
   as DataLoader workers): they run no optimizer steps;
+- not opscope's own helper processes (the build of the native collector, run
+  as a file of the package): enabling there would start that build again;
 - a program that imports opscope itself before torch has finished (``opscope
   run``, ``python -m opscope.on_demand``) is enabled once, by that import.
 
@@ -57,6 +59,8 @@ _PTH_CODE = (
 )
 PTH_LINE = ('import os; os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower() in '
             '("", "0", "false", "no", "off") or exec(' + repr(_PTH_CODE) + ')')
+# the package beside this module (site-packages, or the checkout an editable install points to)
+OWN_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opscope")
 LAUNCHER_SCRIPTS = ("torchrun",)
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -102,6 +106,8 @@ def skip_reason(argv: Sequence[str]) -> Optional[str]:
     'a multiprocessing helper process (it runs no optimizer steps)'
     """
     kind, target = program(argv)
+    if any(_inside(arg, OWN_PACKAGE) for arg in list(argv)[1:]):
+        return "one of opscope's own helper processes (the native collector's build)"
     if "--multiprocessing-fork" in argv or (
             kind == "command" and target.lstrip().startswith("from multiprocessing")):
         return "a multiprocessing helper process (it runs no optimizer steps)"
@@ -109,6 +115,10 @@ def skip_reason(argv: Sequence[str]) -> Optional[str]:
             kind == "module" and target in LAUNCHER_MODULES):
         return "torch's launcher (its workers get an agent each)"
     return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.isabs(path) and os.path.normpath(path).startswith(folder + os.sep)
 
 
 def program(argv: Sequence[str]) -> Tuple[str, str]:

@@ -213,6 +213,21 @@ def test_which_processes_get_no_agent(argv, skipped):
     assert (_opscope_startup.skip_reason(argv) is not None) == skipped
 
 
+def test_the_native_build_worker_gets_no_agent(tmp_path):
+    """It imports torch to build the collector; on-demand there would build it again inside."""
+    from opscope.collect import native_build
+
+    worker = [native_build._RUN_WORKER, str(native_build._WORKER), str(tmp_path / "missing.cpp"),
+              str(tmp_path), "x", str(os.getpid())]
+    assert _opscope_startup.skip_reason(["python", "-c", *worker]) is not None
+    done = run_in_group([sys.executable, "-X", "importtime", "-c", *worker],
+                        env=hooked_env(tmp_path, "1"), cwd=tmp_path / "cwd", timeout=300)
+    assert done.returncode == 1  # the missing source
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "torch" in imported and "opscope" not in imported
+
+
 SPAWNS = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import torch
