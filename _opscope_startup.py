@@ -1,4 +1,4 @@
-"""The start-up hook behind ``OPSCOPE_ON_DEMAND=1 python train.py``, for a script that never imports opscope.
+"""The start-up hook: `OPSCOPE_ON_DEMAND=1 python train.py` for a script that never imports opscope.
 
 Installing opscope puts ``opscope-on-demand.pth`` in site-packages; Python runs its
 one line (:data:`PTH_LINE`) at every start-up. With ``OPSCOPE_ON_DEMAND`` unset,
@@ -55,7 +55,8 @@ _PTH_CODE = (
     " try: __import__('_opscope_startup').install()\n"
     " except Exception as e:\n"
     "  sys.modules['_opscope_startup'] = None\n"
-    "  sys.stderr.write('opscope: warning: OPSCOPE_ON_DEMAND: the start-up hook failed: %r\\n' % e)\n"
+    "  sys.stderr.write('opscope: warning: OPSCOPE_ON_DEMAND: '\n"
+    "                   'the start-up hook failed: %r\\n' % e)\n"
 )
 PTH_LINE = ('import os; os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower() in '
             '("", "0", "false", "no", "off") or exec(' + repr(_PTH_CODE) + ')')

@@ -13,7 +13,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _opscope_startup import PTH_LINE, PTH_NAME  # noqa: E402  (this checkout's, not an installed one)
+# this checkout's module, not an installed one
+from _opscope_startup import PTH_LINE, PTH_NAME  # noqa: E402
 
 
 class build_py_with_startup_hook(build_py):

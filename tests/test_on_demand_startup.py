@@ -1,4 +1,4 @@
-"""`OPSCOPE_ON_DEMAND=1 python train.py` for a script that never imports opscope (the start-up hook).
+"""The start-up hook: `OPSCOPE_ON_DEMAND=1 python train.py` for a script that never imports opscope.
 
 The children here run this checkout. Its .pth file is put where Python reads it at
 start-up: a temporary user site-packages (``PYTHONUSERBASE``), else a temporary
@@ -284,9 +284,9 @@ def test_torchrun_workers_get_an_agent_each_and_the_launcher_none(tmp_path):
 
 
 def test_a_program_that_imports_opscope_is_enabled_by_that_import(tmp_path):
-    code = ("import opscope, os, _opscope_startup as s\n"
-            "print(opscope.on_demand.is_enabled(), s.AfterTorchImport in map(type, "
-            "__import__('sys').meta_path), sorted(os.listdir(os.environ['OPSCOPE_ON_DEMAND_DIR'])))")
+    code = ("import opscope, os, sys, _opscope_startup as s\n"
+            "print(opscope.on_demand.is_enabled(), s.AfterTorchImport in map(type, sys.meta_path),"
+            " sorted(os.listdir(os.environ['OPSCOPE_ON_DEMAND_DIR'])))")
     done = run_python(code, hooked_env(tmp_path, "1"))
     assert done.returncode == 0, done.stderr
     enabled, watching, files = done.stdout.split(" ", 2)
