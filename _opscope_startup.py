@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for annotations only: start-up does not pay for importing typing
+    from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 ENABLE_ENV = "OPSCOPE_ON_DEMAND"
 ON = ("1", "true", "yes", "on")
