@@ -18,8 +18,11 @@ same optimizer steps: the request travels through the job's own c10d store
 (:mod:`opscope.on_demand.job`), and ``opscope trigger`` lists every rank's
 trace.
 
-A program that never imports opscope is started through the launcher, which
-enables on-demand profiling and runs it as ``__main__``::
+A program that never imports opscope needs only the variable:
+``OPSCOPE_ON_DEMAND=1 python train.py``. The start-up hook that pip installs
+(``opscope-on-demand.pth``, ``_opscope_startup``) enables on-demand profiling
+when the program has imported torch. Without the hook (opscope run from a
+checkout), the launcher does it and runs the program as ``__main__``::
 
     python -m opscope.on_demand train.py --epochs 3
 
@@ -189,9 +192,11 @@ def _warm_up_collector() -> None:
 def enable_from_environment() -> bool:
     """Enable on-demand profiling when ``$OPSCOPE_ON_DEMAND`` is 1/true/yes/on.
 
-    ``import opscope`` calls this. It is skipped in multiprocessing children
-    (DataLoader workers and the like): they inherit the variable but run no
-    training steps. Problems become a warning, so the import never fails.
+    ``import opscope`` calls this; so does the start-up hook, through that
+    import, in a program that never imports opscope (``_opscope_startup``). It
+    is skipped in multiprocessing children (DataLoader workers and the like),
+    spawned ones included: they inherit the variable but run no training
+    steps. Problems become a warning, so the import never fails.
     """
     value = os.environ.get(ENABLE_ENV, "").strip().lower()
     if value in ("", "0", "false", "no", "off"):
@@ -203,7 +208,9 @@ def enable_from_environment() -> bool:
         return False
     import multiprocessing
 
-    if multiprocessing.parent_process() is not None:
+    # a spawned child imports the main module (and opscope) before parent_process() is set
+    if (multiprocessing.parent_process() is not None
+            or getattr(multiprocessing.current_process(), "_inheriting", False)):
         return False
     try:
         enable_on_demand()
