@@ -100,7 +100,8 @@ def _check_target(pid: int) -> int:
         raise UsageError(str(exc)) from None
     if registration is None:
         raise UsageError(f"argument PID: process {pid} is not enabled for on-demand profiling "
-                         f"(start it with OPSCOPE_ON_DEMAND=1 and import opscope, through "
+                         f"(start it with OPSCOPE_ON_DEMAND=1: a pip-installed opscope enables "
+                         f"it when the program imports torch; or through "
                          f"'python -m opscope.on_demand SCRIPT', or call "
                          f"opscope.enable_on_demand() in it)")
     number = registration.get("signal")

@@ -301,8 +301,9 @@ _RUN_WORKER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.ar
 
 
 def _worker_env() -> dict:
-    """The build's environment: ninja on PATH when pip installed it."""
+    """The build's environment: ninja on PATH when pip installed it, no on-demand agent."""
     env = dict(os.environ)
+    env.pop("OPSCOPE_ON_DEMAND", None)  # the start-up hook would start one in the build
     if shutil.which("ninja", path=env.get("PATH")) is None:
         try:
             import ninja  # pip's ninja keeps its binary inside the package
