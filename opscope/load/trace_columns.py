@@ -23,7 +23,8 @@ Example::
 
 from __future__ import annotations
 
-from operator import itemgetter, methodcaller
+from itertools import repeat
+from operator import methodcaller
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -32,7 +33,6 @@ from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
                                      is_microseconds, op_columns)
 
 _INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
-_INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
 NO_TEXT, NOT_TEXT = -1, -2  # stack codes: no ``Call stack``; one that is not a string
 _PYTHON_RULE_EVENTS = 64  # python_function events whose args tell the torch version
 
@@ -150,7 +150,8 @@ class TraceColumns:
     def reset(self) -> None:
         """Forget every event (a later ``traceEvents`` key replaces an earlier one)."""
         self.names, self.tids, self.cats = Interned(), Interned(), Interned()
-        self.signatures, self.stacks = Interned(), Interned()
+        self.signatures, self.stacks = Interned(), Interned()  # of keys, of texts
+        self.signature_values: Dict[int, tuple] = {}  # signature id -> its four args
         self.batches: Dict[str, List[np.ndarray]] = {}
         self.count = 0  # ops so far
         self.span: Optional[dict] = None
@@ -240,19 +241,26 @@ class TraceColumns:
     def _signatures(self, args: List[dict]) -> np.ndarray:
         """Per op the id of its recorded inputs in ``signatures`` (-1: none)."""
         out = np.full(len(args), -1, dtype=np.int32)
-        has = [i for i, a in enumerate(args) if "Input Dims" in a or "Input type" in a]
-        for i in has:
-            a = args[i]
-            try:
-                values = _INPUT_FIELDS(a)
-            except KeyError:
-                values = tuple(a.get(k) for k in _INPUT_KEYS)
-            key = signature_key(values)
-            k = self.signatures.ids.get(key)
-            if k is None:
-                k = self.signatures.ids[key] = len(self.signatures.values)
-                self.signatures.values.append(values)
-            out[i] = k
+        has = np.fromiter(map(dict.__contains__, args, repeat("Input Dims")), bool, len(args))
+        has |= np.fromiter(map(dict.__contains__, args, repeat("Input type")), bool,
+                           len(args))
+        rows = np.flatnonzero(has)
+        if not len(rows):
+            return out
+        some = [args[i] for i in rows.tolist()]
+        values = list(zip(*(map(methodcaller("get", k), some) for k in _INPUT_KEYS)))
+        try:
+            keys = list(map(_fast_dumps, values)) if _fast_dumps is not None else None
+        except (TypeError, ValueError):  # integers beyond 64 bits
+            keys = None
+        if keys is None:
+            keys = list(map(signature_key, values))
+        known = len(self.signatures.values)
+        codes = self.signatures.codes(keys)
+        new = np.flatnonzero(codes >= known)
+        for k, i in zip(*np.unique(codes[new], return_index=True)):
+            self.signature_values[int(k)] = values[int(new[i])]
+        out[rows] = codes
         return out
 
     def _stack_codes(self, args: List[dict]) -> np.ndarray:

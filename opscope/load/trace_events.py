@@ -314,7 +314,7 @@ def _encode_inputs(ops: _KeptOps, cols: TraceColumns, thread_index: np.ndarray,
         if off is None:
             enc = encoded.get(key)
             if enc is None:
-                enc = encoded[key] = encode_trace_inputs(*cols.signatures.values[key])
+                enc = encoded[key] = encode_trace_inputs(*cols.signature_values[key])
             off = offsets[t][key] = len(blobs[t])
             blobs[t].extend(enc)
         found.append(off)
