@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from opscope.activity import DeviceType, ProfilerActivity, supported_activities
 from opscope.configs import CuspyConfig, PerformanceMetricsConfig, ProfilerActivityConfig
-from opscope.handlers import report_handler, tensorboard_trace_handler
+from opscope.handlers import report_handler, store_handler, tensorboard_trace_handler
 from opscope.profiler import profile
 from opscope.record_function import record_function
 from opscope.schedule import ProfilerAction, schedule
@@ -35,6 +35,7 @@ __all__ = [
     "supported_activities",
     "tensorboard_trace_handler",
     "report_handler",
+    "store_handler",
     "ProfilerAction",
     "ProfilerActivity",
     "CuspyConfig",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from typing import Callable, Optional
 
 from opscope.arguments import check_bool, check_path, check_type
@@ -84,6 +85,37 @@ def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         suffix = HANDLER_FORMATS["report_handler"][1]
         _write(prof, "report_handler", os.path.join(folder, f"{worker}.{time.time_ns()}{suffix}"))
+
+    return handler
+
+
+def store_handler(dir_name: str) -> Callable:
+    """Append each ready window to the opscope store in ``dir_name`` (created when missing).
+
+    Windows are numbered 0, 1, ... per rank; under torchrun each rank writes
+    its own partitions of the one store (its ``distributedInfo.rank``). A
+    ``dir_name`` that exists and is not a store, or a missing pyarrow, fails
+    here, at the call; a window that cannot be written later warns in one
+    line and the job goes on. See ``prof.export_store`` and ``opscope query``.
+
+    >>> import tempfile
+    >>> callable(store_handler(tempfile.mkdtemp()))
+    True
+    """
+    from opscope.store.folder import check_store_folder
+    from opscope.store.schema import require_pyarrow
+
+    folder = _check_folder("store_handler", dir_name)
+    require_pyarrow()
+    check_store_folder(folder, create=True)
+
+    def handler(prof) -> None:
+        try:
+            prof.export_store(folder)
+        except Exception as exc:  # never harm the job: warn, keep training
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            warnings.warn(f"opscope: store_handler could not write a window to {folder!r}: "
+                          f"{text}", stacklevel=2)
 
     return handler
 

@@ -169,3 +169,20 @@ class ProfileResults:
     def export_report(self, path: str) -> None:
         """Write the self-contained HTML report (overview, operators, flame graph, timeline...)."""
         self.export(path, format="report")
+
+    def export_store(self, path: str) -> int:
+        """Append the last finished window to the opscope store at ``path``; its window number.
+
+        The store (a folder of Parquet files, see ``opscope.store``) is created
+        when missing; each call adds a window, under the rank of the
+        session's ``distributedInfo`` (0 outside a distributed job). Query it
+        with ``opscope query`` or ``opscope.store.connect``. Needs pyarrow
+        (``pip install 'opscope[store]'``); a path that is not a store raises
+        ``opscope.store.StoreError`` naming it.
+        """
+        from opscope.store.write import StoreWriter
+
+        path = check_path("export_store", "path", path)
+        session = self.session
+        with StoreWriter(path) as writer:
+            return writer.write_window(session)

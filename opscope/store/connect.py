@@ -1,0 +1,177 @@
+"""SQL over a store: ``connect(STORE)`` returns a DuckDB connection with the store's views.
+
+Every table of the format (``opscope.store.schema``) is a view with two more
+columns from its partition folders, ``rank`` and ``window`` (``window`` is a
+keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
+
+- ``events``: one row per event (op, range, ``[memory]`` event) of a window:
+  ``event_id`` (row in the window), ``record``, ``name``, ``thread_id`` (OS tid),
+  ``thread_index``, ``start_ns``, ``end_ns``, ``dur_ns``, ``self_ns``, ``parent``
+  (an ``event_id``, -1 for none), ``depth``, ``seq_nr``, ``fwd_thread_id``,
+  ``rf_thread_id``, ``scope`` (1: backward node, 7: user range), ``flags``,
+  ``step`` (the N of the ``ProfilerStep#N`` it ran in, -1 none), ``module`` (the
+  module range name, null none), ``input_id``, ``stack_id`` (-1 none), ``flops``,
+  ``cpu_memory_usage``, ``self_cpu_memory_usage``, ``device_memory_usage``,
+  ``self_device_memory_usage`` (null when not recorded).
+- ``inputs``: ``input_id``, ``words`` (the raw encoding), ``input_dims``,
+  ``input_types``, ``input_strides``, ``concrete_inputs`` (text as torch prints them).
+- ``stacks``: ``stack_id``, ``frames`` (list, innermost first).
+- ``memory``: ``time_ns``, ``addr``, ``bytes`` (negative: a free),
+  ``total_allocated``, ``total_reserved``, ``thread_index``, ``device_type``,
+  ``device_index``, ``event_id`` (owner), ``category`` (PARAMETER, ACTIVATION, ...;
+  null: unknown).
+- ``sessions``: one row per window: ``window_name``, ``source_path``,
+  ``process_id``, ``start_ns``, ``stop_ns``, ``epoch_offset_ns``,
+  ``clock_offset_ns``, ``collector``, ``trace_name``, ``python_functions``,
+  ``options``, ``metadata``, ``extras``, ``rank_facts`` (JSON texts), ``world_size``.
+- ``collectives``: one row per collective call: ``window``, ``pg``, ``seq`` (the
+  matching key), ``kind``, ``bytes``, ``arrival_ns``, ``end_ns``, ``duration_ns``,
+  ``call_site``, ``fr_pg``, ``fr_seq`` (the flight recorder's, null none).
+- ``ops``: ``events`` plus ``input_dims``, ``input_types``, ``input_strides``,
+  ``concrete_inputs`` and ``frames``.
+- ``collective_ranks``: per matched collective (``pg``, ``seq``) and rank:
+  ``kind``, ``window``, ``step``, ``bytes``, ``call_site``, ``arrival_ns``,
+  ``end_ns``, ``duration_ns``, ``transfer_ns`` (the shortest duration across the
+  ranks: the TensorBoard rule), ``wait_ns`` (the rest), ``late_ns`` (arrival after
+  the first rank's) and ``ranks`` (how many ranks issued it).
+- ``steps``: per rank, window and step: ``start_ns``, ``end_ns``, ``dur_ns``.
+
+Example (a store with one window)::
+
+    >>> import os, tempfile
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import NO_INPUTS, SCOPE_USER, RawSession, records_from_rows
+    >>> from opscope.store.write import StoreWriter
+    >>> rows = [(0, 100, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+    ...         (10, 60, -1, 1, 0, 0, 1, NO_INPUTS, 0, 0, 0),
+    ...         (60, 90, -1, 2, 0, 0, 1, NO_INPUTS, 0, 0, 0)]
+    >>> raw = RawSession(records_from_rows(rows), [], [7],
+    ...                  ["ProfilerStep#1", "aten::mm", "aten::add"], 0, 100, 0)
+    >>> path = os.path.join(tempfile.mkdtemp(), "store")
+    >>> with StoreWriter(path) as w:
+    ...     w.write_window(build_session(raw))
+    0
+    >>> con = connect(path)
+    >>> con.sql("SELECT name, sum(self_ns) AS self_ns FROM events "
+    ...         "GROUP BY name ORDER BY self_ns DESC").fetchall()
+    [('aten::mm', 50), ('aten::add', 30), ('ProfilerStep#1', 20)]
+    >>> con.sql('SELECT rank, "window", step, dur_ns FROM steps').fetchall()
+    [(0, 0, 1, 100)]
+    >>> connect(os.path.dirname(path))
+    Traceback (most recent call last):
+    ...
+    opscope.store.schema.StoreError: ... is not an opscope store (no opscope-store.json in it)
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import List, Optional, Union
+
+from opscope.store.folder import check_store_folder
+from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
+                                  duckdb_type, require_duckdb)
+
+DERIVED_VIEWS = {
+    "ops": """
+        SELECT e.*, i.input_dims, i.input_types, i.input_strides, i.concrete_inputs, s.frames
+        FROM events e
+        LEFT JOIN inputs i ON i.rank = e.rank AND i."window" = e."window"
+                          AND i.input_id = e.input_id
+        LEFT JOIN stacks s ON s.rank = e.rank AND s."window" = e."window"
+                          AND s.stack_id = e.stack_id""",
+    "steps": """
+        SELECT rank, "window", step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+               max(end_ns) - min(start_ns) AS dur_ns
+        FROM events WHERE step >= 0 AND name LIKE 'ProfilerStep#%'
+        GROUP BY rank, "window", step""",
+    "collective_ranks": """
+        SELECT c.pg, c.seq, c.kind, c.rank, c."window", st.step, c.bytes, c.call_site,
+               c.arrival_ns, c.end_ns, c.duration_ns,
+               min(c.duration_ns) OVER k AS transfer_ns,
+               c.duration_ns - min(c.duration_ns) OVER k AS wait_ns,
+               c.arrival_ns - min(c.arrival_ns) OVER k AS late_ns,
+               count(*) OVER k AS ranks
+        FROM collectives c
+        LEFT JOIN steps st ON st.rank = c.rank AND st."window" = c."window"
+                          AND c.arrival_ns >= st.start_ns AND c.arrival_ns < st.end_ns
+        WHERE c.seq IS NOT NULL
+        WINDOW k AS (PARTITION BY c.pg, c.seq)""",
+}
+VIEWS = tuple(COLUMNS) + tuple(DERIVED_VIEWS)
+
+
+def _partitions(folder: str, key: str) -> List[str]:
+    """Sub-folders ``key=<int>`` of ``folder`` (symlinks skipped), by number."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        k, _, value = name.partition("=")
+        path = os.path.join(folder, name)
+        if k == key and value.lstrip("-").isdigit() and not os.path.islink(path) \
+                and os.path.isdir(path):
+            found.append((int(value), path))
+    return [p for _, p in sorted(found)]
+
+
+def part_files(store: str, table: str) -> List[str]:
+    """The Parquet files of ``table`` (regular files only), in rank and window order."""
+    folders = _partitions(os.path.join(store, table), "rank")
+    if table not in RANK_TABLES:
+        folders = [w for r in folders for w in _partitions(r, "window")]
+    files = []
+    for folder in folders:
+        path = os.path.join(folder, PART_FILE)
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                files.append(path)
+        except FileNotFoundError:
+            pass
+    return files
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def table_sql(store: str, table: str) -> str:
+    """The SELECT of one table's view: its columns, then rank (and window) from the folders."""
+    columns = list(COLUMNS[table])
+    extra = [("rank", "int32")] + ([("window", "int32")] if table in WINDOW_TABLES else [])
+    files = part_files(store, table)
+    if not files:
+        typed = [f'CAST(NULL AS {duckdb_type(kind)}) AS "{name}"' for name, kind in
+                 columns + extra]
+        return f"SELECT {', '.join(typed)} WHERE false"
+    hive_types = ", ".join(f"'{name}': 'INTEGER'" for name, _ in extra)
+    select = [f'CAST("{name}" AS {duckdb_type(kind)}) AS "{name}"' for name, kind in columns]
+    select += [f'"{name}"' for name, _ in extra]
+    listed = ", ".join(_quote(f) for f in files)
+    return (f"SELECT {', '.join(select)} FROM read_parquet([{listed}], "
+            f"hive_partitioning = true, hive_types = {{{hive_types}}}, union_by_name = true)")
+
+
+def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str] = None):
+    """A DuckDB connection (in memory) with the views of ``store`` (see the module doc).
+
+    ``memory_limit`` (DuckDB's setting, e.g. ``"1GB"``) bounds the memory the
+    queries take; DuckDB spills to disk beyond it. Raises StoreError naming
+    the path when it is not a store, and StoreError saying ``pip install
+    'opscope[store]'`` when duckdb is missing.
+    """
+    duckdb = require_duckdb()
+    path = os.path.abspath(check_store_folder(os.fspath(store), create=False))
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise StoreError(f"store {os.fspath(store)!r}: permission denied")
+    con = duckdb.connect(":memory:")
+    if memory_limit is not None:
+        con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
+    for table in COLUMNS:
+        con.execute(f'CREATE VIEW "{table}" AS {table_sql(path, table)}')
+    for name, sql in DERIVED_VIEWS.items():
+        con.execute(f'CREATE VIEW "{name}" AS {sql}')
+    return con

@@ -1,0 +1,107 @@
+"""A session's facts besides its rows, as the JSON text of the ``sessions`` table's ``extras``.
+
+The events, inputs, stacks and memory tables hold the rows; ``extras`` holds
+the rest that an exact round trip needs: the thread ids, thread names, marks,
+modules and module calls, memory sightings, and the ``python_function``
+records a session hides from its rows but kept in its tree
+(``python_functions == "hidden"``). :func:`session_extras` writes it,
+:func:`read_extras` checks its types and returns the parts.
+
+Example::
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> text = session_extras(build_session(RawSession.empty()))
+    >>> read_extras(text)["thread_ids"]
+    []
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any, Dict, List
+
+import numpy as np
+
+from opscope.model.memory import SIGHTING_DTYPE
+from opscope.model.modules import ModuleCall, ModuleInfo
+from opscope.model.records import FLAG_PYTHON_FUNCTION, RECORD_DTYPE
+from opscope.model.session import ProfileSession
+from opscope.store.schema import StoreError
+
+# a hidden record: its record index, name and RECORD_DTYPE fields (session clock)
+HIDDEN_FIELDS = ("start_ns", "end_ns", "seq_nr", "thread_index", "fwd_thread_id",
+                 "rf_thread_id", "scope", "flags")
+
+
+def hidden_records(session: ProfileSession) -> List[list]:
+    """``[record, name, *HIDDEN_FIELDS]`` of each raw record the session hides."""
+    raw = session.table.raw
+    if raw is None or session.python_functions != "hidden" or not len(raw.records):
+        return []
+    mine = np.zeros(len(raw.records), dtype=bool)
+    mine[session.table.record[session.table.record >= 0]] = True
+    hidden = np.flatnonzero(~mine & ((raw.records["flags"] & FLAG_PYTHON_FUNCTION) != 0))
+    rec = raw.records[hidden]
+    columns = [hidden.tolist(), [raw.names[i] for i in rec["name_id"].tolist()]]
+    columns += [rec[name].tolist() for name in HIDDEN_FIELDS]
+    return [list(row) for row in zip(*columns)]
+
+
+def session_extras(session: ProfileSession) -> str:
+    """The JSON text of everything but rows that rebuilding ``session`` needs."""
+    sightings = session.memory_sightings
+    doc: Dict[str, Any] = {
+        "thread_ids": [int(t) for t in session.table.thread_ids.tolist()],
+        "thread_names": [[int(k), str(v)] for k, v in session.thread_names.items()],
+        "marks": [[int(t), int(tid), str(msg)] for t, tid, msg in session.marks],
+        "modules": None if session.modules is None else
+        [asdict(info) for info in session.modules.values()],
+        "module_calls": [asdict(call) for call in session.module_calls],
+        "memory_sightings": None if sightings is None else
+        [[int(v) for v in row] for row in sightings.tolist()],
+        "has_stacks": session.stacks is not None,
+        "hidden_records": hidden_records(session),
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _list(doc: dict, key: str, where: str) -> list:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise StoreError(f"{where}: extras.{key} is not a list")
+    return value
+
+
+def read_extras(text: str, where: str = "store") -> Dict[str, Any]:
+    """The parts of an ``extras`` text, typed; StoreError naming ``where`` when malformed."""
+    try:
+        doc = json.loads(text or "{}")
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        modules = doc.get("modules")
+        sightings = doc.get("memory_sightings")
+        hidden = _list(doc, "hidden_records", where)
+        records = np.zeros(len(hidden), RECORD_DTYPE)
+        out = {
+            "thread_ids": [int(t) for t in _list(doc, "thread_ids", where)],
+            "thread_names": {int(k): str(v) for k, v in _list(doc, "thread_names", where)},
+            "marks": [(int(t), int(tid), str(m)) for t, tid, m in _list(doc, "marks", where)],
+            "modules": None if modules is None else
+            {m["name"]: ModuleInfo(**m) for m in modules},
+            "module_calls": [ModuleCall(**c) for c in _list(doc, "module_calls", where)],
+            "memory_sightings": None if sightings is None else
+            np.array([tuple(r) for r in sightings], dtype=SIGHTING_DTYPE),
+            "has_stacks": bool(doc.get("has_stacks")),
+            "hidden_index": [int(r[0]) for r in hidden],
+            "hidden_names": [str(r[1]) for r in hidden],
+        }
+        for i, name in enumerate(HIDDEN_FIELDS):
+            records[name] = [int(r[2 + i]) for r in hidden]
+        out["hidden_records"] = records
+        return out
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise StoreError(f"{where}: malformed sessions.extras ({exc})") from None

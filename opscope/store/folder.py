@@ -1,0 +1,110 @@
+"""A store folder on disk: is it a store, its partitions, one partition's file.
+
+Everything that opens a store checks it here first: a symlink, a file, or a
+folder without the marker (``opscope-store.json``) is refused with a
+:class:`StoreError` naming the path. A folder holding only table folders is a
+store that a writer (another rank) is writing now; a writer may open it.
+
+Example::
+
+    >>> import tempfile
+    >>> check_store_folder(tempfile.mkdtemp(), create=True) != ""
+    True
+    >>> check_store_folder("/no/such/store", create=False)
+    Traceback (most recent call last):
+    ...
+    opscope.store.schema.StoreError: store '/no/such/store': no such folder
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import List, Optional
+
+from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, part_path,
+                                  require_pyarrow)
+
+
+def check_store_folder(path: str, *, create: bool) -> str:
+    """``path`` as a str after checking it is a store (or, with ``create``, may become one).
+
+    A symlink, a non-folder, or a non-empty folder without the marker is
+    refused with a StoreError naming the path.
+    """
+    path = os.fspath(path)
+    if os.path.islink(path):
+        raise StoreError(f"store {path!r} is a symlink; expected a folder")
+    if not os.path.lexists(path):
+        if create:
+            return path
+        raise StoreError(f"store {path!r}: no such folder")
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise StoreError(f"{path!r} is not an opscope store (not a folder)")
+    marker = os.path.join(path, MARKER)
+    if os.path.lexists(marker):
+        read_marker(path)
+    elif not create or not _being_written(path):
+        raise StoreError(f"{path!r} is not an opscope store (no {MARKER} in it)")
+    return path
+
+
+def _being_written(path: str) -> bool:
+    """True for an empty folder, or one holding only table folders and temp files: a
+    store another process (a rank) is writing right now, before its marker."""
+    for name in os.listdir(path):
+        if name.startswith(".marker-") or (name in TABLES and not os.path.islink(
+                os.path.join(path, name))):
+            continue
+        return False
+    return True
+
+
+def read_marker(path: str) -> dict:
+    """The store's marker, checked; StoreError naming the store when it is not one."""
+    marker = os.path.join(path, MARKER)
+    try:
+        if not stat.S_ISREG(os.lstat(marker).st_mode):
+            raise ValueError("not a regular file")
+        with open(marker, encoding="utf-8") as f:
+            doc = json.loads(f.read(1 << 16))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path!r} is not an opscope store ({MARKER}: {exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise StoreError(f"{path!r} is not an opscope store ({MARKER} names no {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise StoreError(f"store {path!r} has version {doc.get('version')!r}; this opscope "
+                         f"reads version {VERSION}")
+    return doc
+
+
+def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
+    """The pyarrow table of one partition file, or None when it does not exist.
+
+    A symlink or non-regular file there is refused (StoreError naming it).
+    """
+    _, pq = require_pyarrow()
+    path = part_path(store, table, rank, window)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise StoreError(f"store {store!r}: {path!r} is not a regular file")
+    try:
+        return pq.read_table(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
+
+
+def partition_values(folder: str, key: str) -> List[int]:
+    """The numbers N of the ``key=N`` sub-folders of ``folder`` (not symlinks), sorted."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return []
+    out = []
+    for name in os.listdir(folder):
+        k, _, value = name.partition("=")
+        if k == key and value.lstrip("-").isdigit():
+            out.append(int(value))
+    return sorted(out)

@@ -1,0 +1,239 @@
+"""Read a window of a store back: the RawSession it was, and the session built from it.
+
+``read_window(store, rank, window)`` rebuilds the RawSession whose
+``build_session`` gives the session that was written: the same events, tree,
+self times, inputs, stacks, FLOPs, memory and settings, so its
+``key_averages()`` tables and Chrome trace are the ones of the original.
+``load_store_session`` builds it. The rows come from the window's Parquet
+files with pyarrow; no query engine is needed.
+
+Example::
+
+    >>> import os, tempfile, numpy as np
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import NO_INPUTS, RawSession, records_from_rows
+    >>> from opscope.store.write import StoreWriter
+    >>> raw = RawSession(records_from_rows([(5, 9, -1, 0, 0, 0, 1, NO_INPUTS, 0, 0, 0)]),
+    ...                  [], [42], ["aten::mm"], 0, 20, 1000)
+    >>> path = os.path.join(tempfile.mkdtemp(), "store")
+    >>> with StoreWriter(path) as w:
+    ...     w.write_window(build_session(raw))
+    0
+    >>> back = read_window(path)
+    >>> back.names, back.records["start_ns"].tolist(), back.thread_ids
+    (['aten::mm'], [5], [42])
+    >>> windows(path)
+    [(0, 0)]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from opscope.analysis.collectives import CollectiveCall
+from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSession
+from opscope.model.session import ProfileSession
+from opscope.store.extras import read_extras
+from opscope.store.folder import check_store_folder, partition_values, read_part
+from opscope.store.schema import StoreError, require_pyarrow
+
+
+def windows(store: "str | os.PathLike[str]") -> List[Tuple[int, int]]:
+    """Every (rank, window) with a sessions partition, sorted."""
+    store = check_store_folder(os.fspath(store), create=False)
+    root = os.path.join(store, "sessions")
+    return [(r, w) for r in partition_values(root, "rank")
+            for w in partition_values(os.path.join(root, f"rank={r}"), "window")]
+
+
+def sessions_of_rank(store: str, rank: int) -> List[Dict[str, Any]]:
+    """The sessions row of each window of ``rank``, with its ``window`` added."""
+    out = []
+    for w in partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window"):
+        part = read_part(store, "sessions", rank, w)
+        if part is not None and part.num_rows:
+            row = part.slice(0, 1).to_pylist()[0]
+            row["window"] = w
+            out.append(row)
+    return out
+
+
+def stored_calls(store: str, rank: int) -> List[Tuple[int, CollectiveCall]]:
+    """(window, call) of each collective stored for ``rank``."""
+    part = read_part(store, "collectives", rank)
+    if part is None:
+        return []
+    return [(int(r["window"]), CollectiveCall(r["kind"], r["bytes"], r["arrival_ns"],
+                                              r["end_ns"], r["duration_ns"], r["call_site"],
+                                              r["fr_pg"], r["fr_seq"]))
+            for r in part.to_pylist()]
+
+
+def _ints(table, name: str, fill: int = 0) -> np.ndarray:
+    """A column as int64 numpy, nulls as ``fill``."""
+    column = table.column(name)
+    if column.null_count:
+        column = column.fill_null(fill)
+    return np.asarray(column.to_numpy(), dtype=np.int64)
+
+
+def _strings(table, name: str) -> Tuple[np.ndarray, List[str]]:
+    """(code per row, distinct strings) of a string column, nulls as code -1."""
+    pa, _ = require_pyarrow()
+    import pyarrow.compute as pc
+
+    column = table.column(name)
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(pa.string())
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    codes = np.asarray(encoded.indices.fill_null(-1).to_numpy(), dtype=np.int64)
+    return codes, [str(s) for s in encoded.dictionary.to_pylist()]
+
+
+def _pick(store: str, rank: Optional[int], window: Optional[int]) -> Tuple[int, int]:
+    found = windows(store)
+    if rank is not None:
+        found = [(r, w) for r, w in found if r == rank]
+    if window is not None:
+        found = [(r, w) for r, w in found if w == window]
+    if not found:
+        raise StoreError(f"store {store!r} has no window"
+                         f"{'' if rank is None else f' of rank {rank}'}"
+                         f"{'' if window is None else f' numbered {window}'}")
+    return found[0]
+
+
+def _input_blobs(events, inputs, rows: np.ndarray, thread_index: np.ndarray,
+                 n_threads: int) -> Tuple[List[np.ndarray], np.ndarray]:
+    """Per thread, a blob holding each input signature it uses once; offset per row."""
+    input_id = _ints(events, "input_id", -1)[rows]
+    words = {} if inputs is None else dict(zip(inputs.column("input_id").to_pylist(),
+                                               inputs.column("words").to_pylist()))
+    offsets = np.full(len(rows), NO_INPUTS, dtype=np.int64)
+    blobs: List[List[int]] = [[] for _ in range(n_threads)]
+    where: Dict[Tuple[int, int], int] = {}
+    for i in np.flatnonzero(input_id >= 0).tolist():
+        key = (int(thread_index[i]), int(input_id[i]))
+        off = where.get(key)
+        if off is None:
+            blob = blobs[key[0]]
+            off = where[key] = len(blob)
+            blob.extend(words.get(key[1]) or [0])
+        offsets[i] = off
+    return [np.array(b, dtype=np.int64) for b in blobs], offsets
+
+
+def _json(text: Optional[str], what: str, where: str, default: Any) -> Any:
+    try:
+        value = json.loads(text) if text else default
+    except ValueError:
+        raise StoreError(f"{where}: sessions.{what} is not JSON") from None
+    if not isinstance(value, type(default)):
+        raise StoreError(f"{where}: sessions.{what} is not a JSON {type(default).__name__}")
+    return value
+
+
+def _records(events, extras: Dict[str, Any], shift: int
+             ) -> Tuple[np.ndarray, np.ndarray, List[str]]:
+    """(records in the source's order, event row per record (-1: hidden), names)."""
+    record = _ints(events, "record", -1)
+    rows = np.flatnonzero(record >= 0)  # rows the analysis added come back by themselves
+    hidden = extras["hidden_records"]
+    source_index = np.concatenate([record[rows], np.asarray(extras["hidden_index"], np.int64)])
+    order = np.argsort(source_index, kind="stable")
+    row_of = np.concatenate([rows, np.full(len(hidden), -1, dtype=np.int64)])[order]
+    codes, names = _strings(events, "name")
+    hidden_codes = [len(names) + i for i in range(len(hidden))]
+    all_names = names + extras["hidden_names"]
+    name_code = np.concatenate([codes[rows], np.asarray(hidden_codes, np.int64)])[order]
+    used, name_id = np.unique(name_code, return_inverse=True)  # dense ids
+    recs = np.zeros(len(order), RECORD_DTYPE)
+    recs["name_id"] = name_id.reshape(-1)
+    for field in ("start_ns", "end_ns", "seq_nr", "thread_index", "fwd_thread_id",
+                  "rf_thread_id", "scope", "flags"):
+        mine = _ints(events, field)[rows]
+        if field in ("start_ns", "end_ns"):
+            mine = mine - shift
+        theirs = hidden[field].astype(np.int64)
+        recs[field] = np.concatenate([mine, theirs])[order].astype(recs.dtype[field])
+    recs["input_offset"] = NO_INPUTS
+    return recs, row_of, [all_names[int(c)] for c in used.tolist()]
+
+
+def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
+                window: Optional[int] = None) -> RawSession:
+    """The RawSession of one window (default: the lowest rank's first window).
+
+    Raises StoreError naming the store when it is not one, or has no such window.
+    """
+    store = os.fspath(store)
+    rank, window = _pick(store, rank, window)
+    where = f"store {store!r}, rank {rank}, window {window}"
+    parts = {t: read_part(store, t, rank, window)
+             for t in ("events", "inputs", "stacks", "memory", "sessions")}
+    events, session = parts["events"], parts["sessions"]
+    if events is None or session is None or not session.num_rows:
+        raise StoreError(f"{where}: the events or sessions file is missing")
+    row = session.slice(0, 1).to_pylist()[0]
+    extras = read_extras(row.get("extras"), where)
+    shift = int(row["epoch_offset_ns"] or 0) + int(row["clock_offset_ns"] or 0)
+    recs, row_of, names = _records(events, extras, shift)
+    thread_ids = extras["thread_ids"]
+    n_threads = max([len(thread_ids)] + [int(t) + 1 for t in recs["thread_index"][:1]]
+                    + ([int(recs["thread_index"].max()) + 1] if len(recs) else []))
+    thread_ids = thread_ids + [0] * (n_threads - len(thread_ids))
+    kept = np.flatnonzero(row_of >= 0)
+    blobs, offsets = _input_blobs(events, parts["inputs"], row_of[kept],
+                                  recs["thread_index"][kept], n_threads)
+    recs["input_offset"][kept] = offsets
+    raw = RawSession(recs, blobs, thread_ids, names, int(row["start_ns"]) - shift,
+                     int(row["stop_ns"]) - shift, int(row["epoch_offset_ns"] or 0),
+                     collector=row["collector"] or "native",
+                     process_id=int(row["process_id"] or 0),
+                     metadata=_json(row["metadata"], "metadata", where, {}))
+    _add_rows(raw, parts, row_of, kept, extras, shift)
+    raw.options = _json(row["options"], "options", where, {})
+    raw.thread_names, raw.marks = extras["thread_names"], extras["marks"]
+    raw.modules, raw.module_calls = extras["modules"], extras["module_calls"]
+    raw.memory_sightings = extras["memory_sightings"]
+    raw.source_path = row["source_path"] or ""
+    raw.python_functions = row["python_functions"] or "counted"
+    return raw
+
+
+def _add_rows(raw: RawSession, parts: Dict[str, Any], row_of: np.ndarray, kept: np.ndarray,
+              extras: Dict[str, Any], shift: int) -> None:
+    """Stacks, FLOPs and memory records of the window, per record."""
+    events, stacks, memory = parts["events"], parts["stacks"], parts["memory"]
+    if extras["has_stacks"]:
+        frames = {} if stacks is None else dict(zip(stacks.column("stack_id").to_pylist(),
+                                                    stacks.column("frames").to_pylist()))
+        table = [list(frames.get(i) or []) for i in range(max(frames, default=-1) + 1)]
+        ids = np.full(len(row_of), -1, dtype=np.int64)
+        ids[kept] = _ints(events, "stack_id", -1)[row_of[kept]]
+        raw.stack_table, raw.stack_ids = table, ids
+        raw.link_backward_stacks = False  # each event's own stack, as it was written
+    if events.column("flops").null_count < events.num_rows:
+        flops = np.zeros(len(row_of), dtype=np.int64)
+        flops[kept] = _ints(events, "flops")[row_of[kept]]
+        raw.flops = flops
+    if memory is not None and memory.num_rows:
+        out = np.zeros(memory.num_rows, MEMORY_DTYPE)
+        for name in MEMORY_DTYPE.names:
+            if name != "pad":
+                out[name] = _ints(memory, name)
+        out["time_ns"] -= shift
+        raw.memory = out
+
+
+def load_store_session(store: "str | os.PathLike[str]", rank: Optional[int] = None,
+                       window: Optional[int] = None) -> ProfileSession:
+    """The session of one window of a store, built as it was when written."""
+    from opscope.analysis.build import build_session
+
+    raw = read_window(store, rank, window)
+    return build_session(raw)

@@ -1,0 +1,210 @@
+"""One session as the store's tables: pyarrow tables in ``opscope.store.schema``'s layout.
+
+``window_tables(session, shift_ns, ...)`` gives the events, inputs, stacks,
+memory and sessions tables of one window; ``shift_ns`` (the session's
+``epoch_offset_ns`` plus the rank's clock offset) turns session-clock times
+into aligned Unix ns. The derived per-event facts (step, module, depth, input
+signature, stack) come from ``opscope.analysis``, computed as every exporter
+computes them.
+
+Example::
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import NO_INPUTS, SCOPE_USER, RawSession, records_from_rows
+    >>> rows = [(0, 100, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+    ...         (10, 60, -1, 1, 0, 0, 1, NO_INPUTS, 0, 0, 0)]
+    >>> s = build_session(RawSession(records_from_rows(rows), [], [7],
+    ...                              ["ProfilerStep#3", "aten::mm"], 0, 100, 1000))
+    >>> t = window_tables(s, 1000, window_name="w", rank_facts=None, clock_offset_ns=0)
+    >>> t["events"].column("name").to_pylist(), t["events"].column("step").to_pylist()
+    (['ProfilerStep#3', 'aten::mm'], [3, 3])
+    >>> t["events"].column("start_ns").to_pylist(), t["events"].column("parent").to_pylist()
+    ([1000, 1010], [-1, 0])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from opscope.analysis.ancestry import event_depth
+from opscope.analysis.facts import event_modules, event_steps, step_ranges
+from opscope.model.memory import CATEGORY_NAMES, UNKNOWN
+from opscope.model.session import OPTION_NAMES, ProfileSession
+from opscope.model.torch_names import PROFILER_STEP_PREFIX
+from opscope.store.extras import session_extras
+from opscope.store.schema import COLUMNS, arrow_schema, require_pyarrow
+
+_MEMORY_USAGE = ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
+                 "self_device_memory_usage")
+# the RankFacts fields a sessions row keeps (per window)
+RANK_FACT_FIELDS = ("steps", "step_ns", "compute_ns", "comm_ns", "overlap_ns", "start_ns",
+                    "end_ns", "group", "group_ranks")
+
+
+def arrow_table(table: str, columns: Dict[str, Any]):
+    """A pyarrow table of ``table``'s schema from ``columns`` (name -> values)."""
+    pa, _ = require_pyarrow()
+    schema = arrow_schema(table)
+    arrays = []
+    for field in schema:
+        values = columns[field.name]
+        if pa.types.is_dictionary(field.type):
+            arrays.append(values if isinstance(values, pa.Array) else
+                          pa.array(values, pa.string()).dictionary_encode())
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _dictionary(codes: np.ndarray, names: List[Optional[str]]):
+    """A dictionary-encoded string array: ``names[code]``, null where code < 0."""
+    pa, _ = require_pyarrow()
+    used, inverse = np.unique(codes, return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int32)
+    valid = used >= 0
+    first = int(np.count_nonzero(~valid))  # the code -1 sorts first
+    dictionary = pa.array([names[int(c)] for c in used[valid].tolist()], pa.string())
+    mask = inverse < first
+    indices = pa.array(np.where(mask, 0, inverse - first), pa.int32(), mask=mask)
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def step_numbers(session: ProfileSession) -> np.ndarray:
+    """Per event, the N of the ``ProfilerStep#N`` it ran in (its step index when N is
+    not a number); -1: none."""
+    rows = step_ranges(session)
+    if len(rows) == 0:
+        return np.full(len(session.table), -1, dtype=np.int64)
+    numbers = []
+    for i, row in enumerate(rows.tolist()):
+        tail = session.table.name(row)[len(PROFILER_STEP_PREFIX):]
+        numbers.append(int(tail) if tail.isdigit() else i)
+    index = event_steps(session)
+    return np.where(index >= 0, np.append(np.array(numbers, dtype=np.int64), -1)[index], -1)
+
+
+def _stack_ids(session: ProfileSession):
+    """(stack id per event, frames per id): each distinct stack once."""
+    ids: Dict[tuple, int] = {}
+    out = np.full(len(session.table), -1, dtype=np.int64)
+    for i, frames in enumerate(session.stacks or ()):
+        if frames is not None:
+            out[i] = ids.setdefault(tuple(frames), len(ids))
+    return out, [list(f) for f in ids]
+
+
+def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray
+                   ) -> Dict[str, Any]:
+    """The ``events`` columns of ``session``."""
+    t = session.table
+    n = len(t)
+    module_row = event_modules(session)
+    module_names: List[Optional[str]] = [t.symbols[i] for i in range(len(t.symbols))]
+    module_code = np.where(module_row >= 0, t.name_id[np.maximum(module_row, 0)], -1) \
+        if n else np.zeros(0, dtype=np.int64)
+    memory = session.event_memory or {}
+    cols: Dict[str, Any] = {
+        "event_id": np.arange(n, dtype=np.int64), "record": t.record,
+        "name": _dictionary(t.name_id.astype(np.int64), t.symbols.names),
+        "thread_id": t.os_tid, "thread_index": t.thread_index,
+        "start_ns": t.start_ns + shift_ns, "end_ns": t.end_ns + shift_ns,
+        "dur_ns": t.duration_ns, "self_ns": t.self_ns, "parent": t.parent,
+        "depth": event_depth(t.parent), "seq_nr": t.seq_nr,
+        "fwd_thread_id": t.fwd_thread_id.astype(np.int64),
+        "rf_thread_id": t.rf_thread_id.astype(np.int64),
+        "scope": t.scope.astype(np.int8), "flags": t.flags.astype(np.int8),
+        "step": step_numbers(session),
+        "module": _dictionary(module_code.astype(np.int64), module_names),
+        "input_id": t.input_signatures()[0], "stack_id": stack_id,
+        "flops": session.flops if session.flops is not None else [None] * n,
+    }
+    for name in _MEMORY_USAGE:
+        cols[name] = memory[name] if name in memory else [None] * n
+    return cols
+
+
+def inputs_columns(session: ProfileSession) -> Dict[str, Any]:
+    """The ``inputs`` columns: each distinct signature's words and its decoding as text."""
+    t = session.table
+    sig, decoded = t.input_signatures()
+    words: List[List[int]] = [[] for _ in decoded]
+    has = sig >= 0
+    offsets: Dict[int, np.ndarray] = {}  # per thread: its rows' input offsets, sorted
+    for thread in np.unique(t.thread_index[has]).tolist():
+        offsets[thread] = np.unique(t.input_offset[has & (t.thread_index == thread)])
+    ids, first = np.unique(sig, return_index=True)
+    for k, row in zip(ids.tolist(), first.tolist()):
+        if k < 0:
+            continue
+        thread = int(t.thread_index[row])
+        blob, mine = t.raw.inputs[thread], offsets[thread]
+        start = int(t.input_offset[row])
+        after = int(np.searchsorted(mine, start, side="right"))
+        end = int(mine[after]) if after < len(mine) else len(blob)
+        words[k] = blob[start:end].tolist()
+    return {"input_id": list(range(len(decoded))), "words": words,
+            "input_dims": [str(d.shapes) for d in decoded],
+            "input_types": [str(d.types) for d in decoded],
+            "input_strides": [str(d.strides) for d in decoded],
+            "concrete_inputs": [str(d.concrete) for d in decoded]}
+
+
+def memory_columns(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
+    """The ``memory`` columns: allocator records, their owner event and category."""
+    from opscope.analysis.memory_timeline import categorized_blocks
+
+    memory = session.memory
+    if memory is None or not len(memory):
+        return {name: [] for name, _ in COLUMNS["memory"]}
+    category = np.full(len(memory), UNKNOWN, dtype=np.int64)
+    blocks = categorized_blocks(session)
+    for records in (blocks.alloc_record, blocks.free_record):
+        ok = records >= 0
+        category[records[ok]] = blocks.category[ok]
+    names: List[Optional[str]] = list(CATEGORY_NAMES)
+    names[UNKNOWN] = None
+    cols: Dict[str, Any] = {name: memory[name] for name, _ in COLUMNS["memory"][:8]}
+    cols["time_ns"] = memory["time_ns"] + shift_ns
+    cols["event_id"] = np.asarray(session.memory_owner, dtype=np.int64)
+    cols["category"] = _dictionary(np.where(category == UNKNOWN, -1, category), names)
+    return cols
+
+
+def session_row(session: ProfileSession, shift_ns: int, *, window_name: str,
+                clock_offset_ns: int, rank_facts: Any) -> Dict[str, Any]:
+    """The one ``sessions`` row of a window."""
+    facts = None
+    world = None
+    if rank_facts is not None:
+        facts = json.dumps({k: getattr(rank_facts, k) for k in RANK_FACT_FIELDS})
+        world = rank_facts.world_size
+    options = {k: bool(session.options.get(k, False)) for k in OPTION_NAMES}
+    row = {
+        "window_name": window_name, "source_path": session.source_path,
+        "process_id": session.process_id, "start_ns": session.start_ns + shift_ns,
+        "stop_ns": session.stop_ns + shift_ns, "epoch_offset_ns": session.epoch_offset_ns,
+        "clock_offset_ns": clock_offset_ns, "collector": session.collector,
+        "trace_name": session.trace_name, "python_functions": session.python_functions,
+        "options": json.dumps(options), "metadata": json.dumps(session.metadata),
+        "extras": session_extras(session), "world_size": world, "rank_facts": facts,
+    }
+    return {k: [v] for k, v in row.items()}
+
+
+def window_tables(session: ProfileSession, shift_ns: int, *, window_name: str,
+                  clock_offset_ns: int, rank_facts: Any) -> Dict[str, Any]:
+    """The pyarrow tables of one window: table name -> table."""
+    stack_id, frames = _stack_ids(session)
+    return {
+        "events": arrow_table("events", events_columns(session, shift_ns, stack_id)),
+        "inputs": arrow_table("inputs", inputs_columns(session)),
+        "stacks": arrow_table("stacks", {"stack_id": list(range(len(frames))),
+                                         "frames": frames}),
+        "memory": arrow_table("memory", memory_columns(session, shift_ns)),
+        "sessions": arrow_table("sessions", session_row(
+            session, shift_ns, window_name=window_name, clock_offset_ns=clock_offset_ns,
+            rank_facts=rank_facts)),
+    }

@@ -1,0 +1,244 @@
+"""Write an opscope store: one window of one rank at a time, each file atomically.
+
+``StoreWriter(path)`` creates the store folder or opens an existing store (a
+symlink, a file, or a non-empty folder that is not a store is refused with a
+:class:`StoreError` naming it). ``write_window(session, ...)`` writes the five
+per-window tables of one session; ``write_collectives(rank, facts)`` the
+rank's collectives, keyed as ``opscope.analysis.collective_keys`` keys them;
+``close()`` writes the collectives still pending and then the marker file,
+last. Every Parquet file is written under a temp name in its own folder and
+renamed onto its place, so a reader never sees half a file and a window
+written again replaces the old one.
+
+Example::
+
+    >>> import os, tempfile
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> path = os.path.join(tempfile.mkdtemp(), "store")
+    >>> with StoreWriter(path) as writer:
+    ...     writer.write_window(build_session(RawSession.empty()))
+    0
+    >>> sorted(os.listdir(path))[:3]
+    ['collectives', 'events', 'inputs']
+    >>> StoreWriter(path).next_window(0)
+    1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+from opscope.analysis.collective_keys import collective_sequences
+from opscope.analysis.collectives import CollectiveCall
+from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
+from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
+from opscope.analysis.facts import step_ranges
+from opscope.model.session import ProfileSession
+from opscope.model.torch_names import PROFILER_STEP_PREFIX
+from opscope.store.folder import check_store_folder, partition_values
+from opscope.store.read import sessions_of_rank, stored_calls
+from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
+                                  part_path, require_pyarrow)
+from opscope.store.tables import arrow_table, window_tables
+
+
+def _make_dirs(store: str, folder: str) -> None:
+    """Create ``folder`` under ``store``, refusing any symlink on the way."""
+    rel = os.path.relpath(folder, store)
+    current = store
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise StoreError(f"store {store!r}: {current!r} is a symlink; refusing to write")
+        if not os.path.isdir(current):
+            try:
+                os.mkdir(current)
+            except FileExistsError:  # another rank made it first
+                if os.path.islink(current) or not os.path.isdir(current):
+                    raise StoreError(f"store {store!r}: {current!r} is not a folder") from None
+
+
+def write_parquet(store: str, table, path: str) -> None:
+    """Write ``table`` to ``path`` inside ``store`` atomically (temp file, then rename)."""
+    _, pq = require_pyarrow()
+    folder = os.path.dirname(path)
+    _make_dirs(store, folder)
+    if os.path.islink(path):
+        raise StoreError(f"store {store!r}: {path!r} is a symlink; refusing to replace it")
+    fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def window_numbers(store: str, rank: int) -> List[int]:
+    """The windows of ``rank`` that have a sessions partition, sorted."""
+    return partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window")
+
+
+class StoreWriter:
+    """Writes windows and collectives into the store at ``path`` (see the module doc)."""
+
+    def __init__(self, path: "str | os.PathLike[str]"):
+        require_pyarrow()
+        self.path = check_store_folder(os.fspath(path), create=True)
+        if not os.path.isdir(self.path):
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create store {self.path!r}: "
+                                 f"{exc.strerror or exc}") from None
+        # rank -> [(window, calls of that window)] not yet in its collectives file
+        self._pending: Dict[int, List[Tuple[int, List[CollectiveCall]]]] = {}
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            self.close()
+
+    def next_window(self, rank: int) -> int:
+        """The window number after the last one ``rank`` has (0 for a new rank)."""
+        done = window_numbers(self.path, rank) + [w for w, _ in self._pending.get(rank, [])]
+        return max(done) + 1 if done else 0
+
+    def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
+                     window: Optional[int] = None, window_name: Optional[str] = None,
+                     facts: Optional[RankFacts] = None,
+                     clock_offset_ns: Optional[int] = None) -> int:
+        """Write one session as window ``window`` of ``rank``; returns the window number.
+
+        ``rank`` defaults to ``distributedInfo.rank`` of the metadata, else 0;
+        ``window`` to the next free one; ``window_name`` to the source file's
+        name, else ``window<W>``; ``clock_offset_ns`` to the session's
+        ``opscopeClockOffsetNs``; ``facts`` (this window's RankFacts) to the
+        ones ``rank_traces.rank_facts`` computes.
+        """
+        if rank is None:
+            rank = session_rank(session, "")
+            rank = 0 if rank is None else rank
+        window = self.next_window(rank) if window is None else int(window)
+        if clock_offset_ns is None:
+            clock_offset_ns = session_clock_offset(session)
+        if facts is None:
+            facts = rank_facts(session, session.source_path, rank)
+        if window_name is None:
+            window_name = default_window_name(session, window)
+        tables = window_tables(session, session.epoch_offset_ns + clock_offset_ns,
+                               window_name=window_name, clock_offset_ns=clock_offset_ns,
+                               rank_facts=facts)
+        for name in WINDOW_TABLES:  # sessions last: a window is listed once it is whole
+            write_parquet(self.path, tables[name], part_path(self.path, name, rank, window))
+        pending = [(w, c) for w, c in self._pending.get(rank, []) if w != window]
+        self._pending[rank] = pending + [(window, list(facts.calls))]
+        return window
+
+    def write_collectives(self, rank: int, facts: RankFacts) -> None:
+        """Write ``rank``'s collectives (``facts.calls``, all its windows) now.
+
+        A call's window is the window written with it (``write_window``'s
+        ``facts``), else the last window starting at or before its arrival.
+        """
+        windows = {id(c): w for w, calls in self._pending.pop(rank, []) for c in calls}
+        starts = self._window_starts(rank)
+        rows = []
+        for call in facts.calls:
+            w = windows.get(id(call))
+            if w is None:
+                w = max((win for start, win in starts if start <= call.arrival_ns),
+                        default=starts[0][1] if starts else -1)
+            rows.append((w, call))
+        self._write_calls(rank, facts, rows)
+
+    def _window_starts(self, rank: int) -> List[Tuple[int, int]]:
+        """(aligned start ns, window) of each window of ``rank`` in the store, by start."""
+        return sorted((int(row["start_ns"]), int(row["window"]))
+                      for row in sessions_of_rank(self.path, rank))
+
+    def _write_calls(self, rank: int, facts: RankFacts,
+                     rows: List[Tuple[int, CollectiveCall]]) -> None:
+        rows = sorted(rows, key=lambda r: r[1].arrival_ns)
+        keyed = RankFacts(rank, group=facts.group, group_ranks=dict(facts.group_ranks),
+                          calls=[c for _, c in rows])
+        key: Dict[int, Tuple[str, int]] = {}
+        for pg, (seqs, per_rank) in collective_sequences([keyed]).items():
+            for seq, call in zip(seqs, per_rank.get(rank, [])):
+                if call is not None:
+                    key[id(call)] = (pg, seq)
+        cols: Dict[str, list] = {name: [] for name in (
+            "window", "pg", "seq", "kind", "bytes", "arrival_ns", "end_ns", "duration_ns",
+            "call_site", "fr_pg", "fr_seq")}
+        for window, c in rows:
+            pg, seq = key.get(id(c), (c.pg if c.pg is not None else facts.group, None))
+            for name, value in zip(cols, (window, pg, seq, c.kind, c.nbytes, c.arrival_ns,
+                                          c.end_ns, c.duration_ns, c.call_site, c.pg, c.seq)):
+                cols[name].append(value)
+        write_parquet(self.path, arrow_table("collectives", cols),
+                      part_path(self.path, "collectives", rank))
+
+    def _flush_pending(self, rank: int) -> None:
+        """Merge the pending windows' calls with the rank's stored ones and rewrite them."""
+        pending = self._pending.pop(rank, [])
+        fresh = {w for w, _ in pending}
+        rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in fresh]
+        rows += [(w, c) for w, calls in pending for c in calls]
+        facts = RankFacts(rank)
+        group_of = _group_of_rank(self.path, rank)
+        if group_of is not None:
+            facts.group, facts.group_ranks = group_of
+        self._write_calls(rank, facts, rows)
+
+    def close(self) -> None:
+        """Write the pending collectives, then the marker (last)."""
+        for rank in sorted(self._pending):
+            self._flush_pending(rank)
+        for table in TABLES:
+            os.makedirs(os.path.join(self.path, table), exist_ok=True)
+        text = json.dumps({"format": FORMAT, "version": VERSION}) + "\n"
+        marker = os.path.join(self.path, MARKER)
+        if os.path.islink(marker):
+            raise StoreError(f"store {self.path!r}: {marker!r} is a symlink; refusing it")
+        fd, tmp = tempfile.mkstemp(prefix=".marker-", suffix=".tmp", dir=self.path)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, marker)
+
+
+def default_window_name(session: ProfileSession, window: int) -> str:
+    """The source file's name, else ``step<N>`` of its first ``ProfilerStep#N``, else
+    ``window<W>``."""
+    if session.source_path:
+        return os.path.basename(session.source_path)
+    steps = step_ranges(session)
+    if len(steps):
+        tail = session.table.name(int(steps[0]))[len(PROFILER_STEP_PREFIX):]
+        if tail.isdigit():
+            return f"step{tail}"
+    return f"window{window}"
+
+
+def _group_of_rank(store: str, rank: int) -> Optional[Tuple[str, Dict[str, List[int]]]]:
+    """(group, group_ranks) from the rank's latest window's rank_facts, if any."""
+    rows = sorted(sessions_of_rank(store, rank), key=lambda r: int(r["window"]))
+    for row in reversed(rows):
+        try:
+            facts = json.loads(row.get("rank_facts") or "null")
+        except ValueError:
+            continue
+        if isinstance(facts, dict) and isinstance(facts.get("group"), str):
+            ranks = facts.get("group_ranks")
+            return facts["group"], ranks if isinstance(ranks, dict) else {}
+    return None
+
+
+__all__ = ["StoreWriter", "StoreError"]
