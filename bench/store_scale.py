@@ -184,3 +184,246 @@ def generate(folder: str, world: int, events: int, jobs: int = 1) -> dict:
             "seconds": time.perf_counter() - t0,
             "bytes_per_event": size / (world * plan.events),
             "straggler": STRAGGLER % world}
+
+
+def _tree(pid: int) -> List[int]:
+    """``pid`` and its descendants (from /proc/PID/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _memory(pids: List[int]) -> tuple:
+    """(summed RSS, summed PSS) bytes of ``pids`` (PSS counts shared pages once)."""
+    rss = pss = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return rss, pss
+
+
+def measured(argv: List[str], stdout_path: str, cap: Optional[int] = None,
+             env: Optional[dict] = None) -> dict:
+    """Run ``argv``; wall s, peak summed RSS and PSS of its process tree (sampled 10/s).
+
+    With ``cap``, the tree is killed when its RSS passes ``cap`` bytes.
+    """
+    env = dict(os.environ, PYTHONPATH=str(common.REPO), OMP_NUM_THREADS="1", **(env or {}))
+    peak_rss = peak_pss = 0
+    killed = False
+    with open(stdout_path, "w") as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=common.REPO)
+        while proc.poll() is None:
+            rss, pss = _memory(_tree(proc.pid))
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            if cap is not None and rss > cap:
+                killed = True
+                for p in reversed(_tree(proc.pid)):
+                    try:
+                        os.kill(p, 9)
+                    except OSError:
+                        pass
+            time.sleep(0.1)
+        seconds = time.perf_counter() - t0
+        err.seek(0)
+        tail = err.read().decode("utf-8", "replace")[-2000:]
+    return {"seconds": round(seconds, 2), "peak_rss": peak_rss, "peak_pss": peak_pss,
+            "returncode": proc.returncode, "killed_at_cap": killed, "stderr_tail": tail,
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
+_OPSCOPE = ("import sys\nfrom opscope.cli import main, convert\n"
+            "if convert not in main.VERBS:\n    main.VERBS = main.VERBS + (convert,)\n"
+            "main.main(sys.argv[1:])\n")
+_RANKS_SQL = ("import sys, json\nfrom opscope.store import connect\n"
+              "con = connect(sys.argv[1])\n"
+              "rows = con.execute(\"SELECT rank, avg(late_ns) AS late, count(*) AS n FROM "
+              "collective_ranks GROUP BY rank ORDER BY late DESC, rank\").fetchall()\n"
+              "print(json.dumps({'stragglers': [{'rank': rows[0][0]}], 'rows': rows}))\n")
+
+
+def opscope_cmd(*argv: str) -> List[str]:
+    """``opscope ARGV`` (the convert verb registered even where cli/main lacks it)."""
+    return [sys.executable, "-c", _OPSCOPE, *argv]
+
+
+def _has_verb(verb: str, flag: str) -> bool:
+    """Whether ``opscope VERB --help`` mentions ``flag`` (the verb reads stores)."""
+    proc = subprocess.run(opscope_cmd(verb, "--help"), capture_output=True, text=True,
+                          cwd=common.REPO, env=dict(os.environ, PYTHONPATH=str(common.REPO)))
+    return proc.returncode == 0 and flag in proc.stdout
+
+_HTA = ("import sys, time\nt0 = time.perf_counter()\n"
+        "from hta.trace_analysis import TraceAnalysis\n"
+        "a = TraceAnalysis(trace_dir=sys.argv[1])\n"
+        "print('HTA', len(a.t.traces), time.perf_counter() - t0)\n")
+
+
+def hta_runs(folder: str, world: int, tmp: str, most: int) -> List[dict]:
+    """HTA's TraceAnalysis on the first 1, 2, 4 ... ranks, until one passes HTA_CAP."""
+    out = []
+    n = 1
+    while n <= min(world, most):
+        sub = os.path.join(tmp, "hta%d" % n)
+        os.makedirs(sub, exist_ok=True)
+        for r in range(n):
+            name = "train.rank%d.pt.trace.json" % r
+            os.symlink(os.path.join(folder, name), os.path.join(sub, name))
+        run = measured([sys.executable, "-c", _HTA, sub], os.path.join(tmp, "hta.txt"),
+                       cap=HTA_CAP)
+        run["ranks"] = n
+        run["ok"] = run["returncode"] == 0 and not run["killed_at_cap"]
+        out.append(run)
+        print("HTA %d ranks: %s" % (n, {k: v for k, v in run.items() if k != "stderr_tail"}),
+              flush=True)
+        shutil.rmtree(sub)
+        if not run["ok"]:
+            break
+        n *= 2
+    return out
+
+
+def run(folder: str, world: int, jobs: int, hta_most: int, keep: bool) -> dict:
+    """Convert, query, check the straggler, HTA; the measurements."""
+    tmp = tempfile.mkdtemp(prefix="store_scale_", dir=os.path.dirname(os.path.abspath(folder)))
+    store = os.path.join(tmp, "job.store")
+    out = {"jobs": jobs}
+    try:
+        out["trace_bytes"] = sum(os.path.getsize(os.path.join(folder, n))
+                                 for n in os.listdir(folder))
+        conv = measured(opscope_cmd("convert", folder, "-o", store, "--jobs", str(jobs)),
+                        os.path.join(tmp, "convert.txt"))
+        if conv["returncode"] != 0:
+            raise SystemExit("store_scale: convert failed: " + conv["stderr_tail"])
+        out["convert"] = conv
+        print("convert:", {k: v for k, v in conv.items() if k != "stderr_tail"}, flush=True)
+        out["store_bytes"] = sum(os.path.getsize(os.path.join(d, f))
+                                 for d, _, fs in os.walk(store) for f in fs)
+        ranks_out = os.path.join(tmp, "ranks.json")
+        ranks = measured(opscope_cmd("ranks", store, "--json"), ranks_out)
+        ranks["how"] = "opscope ranks STORE --json"
+        if ranks["returncode"] != 0:  # the verb does not read stores (yet): its SQL
+            ranks = measured([sys.executable, "-c", _RANKS_SQL, store], ranks_out)
+            ranks["how"] = "connect(STORE) + SQL on collective_ranks (late_ns by rank)"
+        out["ranks"] = ranks
+        if ranks["returncode"] != 0:
+            raise SystemExit("store_scale: the ranks step failed: " + ranks["stderr_tail"])
+        doc = json.load(open(ranks_out))
+        out["straggler_named"] = [s["rank"] for s in doc.get("stragglers", [])][:1]
+        print("ranks:", {k: v for k, v in ranks.items() if k != "stderr_tail"},
+              out["straggler_named"], flush=True)
+        query = measured(opscope_cmd("query", store, TOP_OPS_SQL),
+                         os.path.join(tmp, "query.txt"))
+        query["how"] = "opscope query STORE (top 20 ops by self time)"
+        out["query"] = query
+        out["query_output"] = open(os.path.join(tmp, "query.txt")).read()[:3000]
+        print("query:", {k: v for k, v in query.items() if k != "stderr_tail"}, flush=True)
+        out["hta"] = hta_runs(folder, world, tmp, hta_most)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def result_of(gen: dict, got: dict) -> dict:
+    """The bench result (common.finish's dict) of a generate and a run."""
+    world, per = gen["ranks"], gen["events_per_rank"]
+    mib = 2 ** 20
+    rows, targets = [], []
+    for label, key, limit_s, limit_b in (("opscope convert", "convert", 600, 1.5 * 2 ** 30),
+                                         ("ranks on the store", "ranks", 30, 2 ** 30),
+                                         ("opscope query (top 20 ops)", "query", 30, 2 ** 30)):
+        r = got[key]
+        rows.append([label, r.get("how", "opscope convert DIR -o STORE --jobs %d" % got["jobs"]),
+                     world, per, r["seconds"], round(r["peak_rss"] / mib),
+                     round(r["peak_pss"] / mib), r["load_average"]])
+        full = world >= 64 and per >= 1_000_000
+        targets.append(common.target(f"{label} time (64 x 1M)", r["seconds"] if full else None,
+                                     limit_s, " s"))
+        targets.append(common.target(f"{label} peak memory (64 x 1M), GiB",
+                                     r["peak_pss"] / 2 ** 30 if full else None,
+                                     limit_b / 2 ** 30))
+    ratio = got["store_bytes"] / got["trace_bytes"]
+    targets.append(common.target("store size / JSON size", ratio, 1 / 20))
+    for h in got["hta"]:
+        rows.append(["HTA TraceAnalysis load", "%d rank(s)%s" % (
+            h["ranks"], "" if h["ok"] else " (killed at 8 GiB RSS)" if h["killed_at_cap"]
+            else " (failed)"), h["ranks"], per, h["seconds"], round(h["peak_rss"] / mib),
+            round(h["peak_pss"] / mib), h["load_average"]])
+    straggler = gen["straggler"]
+    notes = [
+        f"{world} synthetic ranks x {per:,} events ({world * per:,} events, "
+        f"{got['trace_bytes'] / 2 ** 30:.2f} GiB of torch-format .json, "
+        f"{gen['bytes_per_event']:.0f} bytes an event), written in {gen['seconds']:.0f} s by "
+        f"`bench/store_scale.py generate`. The store is {got['store_bytes'] / 2 ** 20:.1f} MiB "
+        f"({ratio:.3f} of the JSON).",
+        f"Rank {straggler} arrives {LATE_US / 1000:g} ms late at every collective: the ranks "
+        f"step named {got['straggler_named']} "
+        f"({'as expected' if got['straggler_named'] == [straggler] else 'WRONG'}).",
+        "Each command runs in its own process; peak memory is sampled 10 times a second "
+        "over its whole process tree: RSS summed (shared pages counted in every process) "
+        "and PSS summed (shared pages split: the memory the tree really holds). The targets "
+        "use PSS. The load average shows how busy this shared 2-core host was (above 2, "
+        "times are stretched by other work).",
+        "HTA loads the first 1, 2, 4 ... ranks of the same traces (symlinked) in a child "
+        "killed when its tree passes 8 GiB RSS; it parses every rank's whole JSON into "
+        "pandas frames, where opscope convert streams each trace once into Parquet."]
+    return {"title": "Store scale: convert, ranks and query on 64 ranks x 1M events, and HTA",
+            "command": common.command_line("store_scale.py"),
+            "machine": common.machine_info(),
+            "columns": ["command", "how", "ranks", "events per rank", "wall s",
+                        "peak RSS MiB (tree)", "peak PSS MiB (tree)", "load avg"],
+            "rows": rows, "targets": targets, "notes": notes, "raw": {"gen": gen, "run": got}}
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv and argv[0] in ("generate", "run"):
+        p = argparse.ArgumentParser(prog="store_scale.py " + argv[0])
+        p.add_argument("folder")
+        p.add_argument("--ranks", type=int, default=64)
+        p.add_argument("--events", type=int, default=1_000_000)
+        p.add_argument("--jobs", type=int, default=2)
+        p.add_argument("--hta", type=int, default=64, help="most ranks HTA tries")
+        p.add_argument("--json", help="write the result here")
+        p.add_argument("--keep", action="store_true", help="keep the store")
+        args = p.parse_args(argv[1:])
+        if argv[0] == "generate":
+            gen = generate(args.folder, args.ranks, args.events, args.jobs)
+            print(json.dumps(gen))
+            with open(os.path.join(args.folder, ".generated.json"), "w") as f:
+                json.dump(gen, f)
+            return
+        gen = json.load(open(os.path.join(args.folder, ".generated.json")))
+        got = run(args.folder, gen["ranks"], args.jobs, args.hta, args.keep)
+        ns = argparse.Namespace(quick=False, json=args.json)
+        common.finish(result_of(gen, got), ns)
+        return
+    p = common.parser(__doc__.splitlines()[0])
+    args = common.parse_args(p)
+    with tempfile.TemporaryDirectory(prefix="store_scale") as tmp:
+        folder = os.path.join(tmp, "job")
+        ranks, events = (4, 20_000) if args.quick else (64, 1_000_000)
+        gen = generate(folder, ranks, events, 2)
+        got = run(folder, ranks, 2, 2 if args.quick else 64, False)
+    common.finish(result_of(gen, got), args)
+
+
+if __name__ == "__main__":
+    main()
