@@ -213,8 +213,10 @@ class _TextReader:
         """Parse the JSON value at the position (reading more text while it is cut off)."""
         while True:
             try:
-                value, self.pos = _DECODER.raw_decode(self.buf, self.pos)
-                return value
+                value, end = _DECODER.raw_decode(self.buf, self.pos)
+                if end < len(self.buf) or not self.more():  # a number may go on
+                    self.pos = end
+                    return value
             except json.JSONDecodeError as exc:
                 offset = exc.pos - self.pos  # reading more moves the buffer, not this
                 if not self.more():
