@@ -226,6 +226,9 @@ def measured(argv: List[str], stdout_path: str, cap: Optional[int] = None,
     env = dict(os.environ, PYTHONPATH=str(common.REPO), OMP_NUM_THREADS="1", **(env or {}))
     peak_rss = peak_pss = 0
     killed = False
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(stdout_path, "w") as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=common.REPO)
@@ -243,7 +246,10 @@ def measured(argv: List[str], stdout_path: str, cap: Optional[int] = None,
         seconds = time.perf_counter() - t0
         err.seek(0)
         tail = err.read().decode("utf-8", "replace")[-2000:]
-    return {"seconds": round(seconds, 2), "peak_rss": peak_rss, "peak_pss": peak_pss,
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the tree's CPU, once reaped
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 1),
+            "peak_rss": peak_rss, "peak_pss": peak_pss,
             "returncode": proc.returncode, "killed_at_cap": killed, "stderr_tail": tail,
             "load_average": round(os.getloadavg()[0], 2)}
 
@@ -351,7 +357,7 @@ def result_of(gen: dict, got: dict) -> dict:
                                          ("opscope query (top 20 ops)", "query", 30, 2 ** 30)):
         r = got[key]
         rows.append([label, r.get("how", "opscope convert DIR -o STORE --jobs %d" % got["jobs"]),
-                     world, per, r["seconds"], round(r["peak_rss"] / mib),
+                     world, per, r["seconds"], r["cpu_seconds"], round(r["peak_rss"] / mib),
                      round(r["peak_pss"] / mib), r["load_average"]])
         full = world >= 64 and per >= 1_000_000
         targets.append(common.target(f"{label} time (64 x 1M)", r["seconds"] if full else None,
@@ -364,7 +370,8 @@ def result_of(gen: dict, got: dict) -> dict:
     for h in got["hta"]:
         rows.append(["HTA TraceAnalysis load", "%d rank(s)%s" % (
             h["ranks"], "" if h["ok"] else " (killed at 8 GiB RSS)" if h["killed_at_cap"]
-            else " (failed)"), h["ranks"], per, h["seconds"], round(h["peak_rss"] / mib),
+            else " (failed)"), h["ranks"], per, h["seconds"], h["cpu_seconds"],
+            round(h["peak_rss"] / mib),
             round(h["peak_pss"] / mib), h["load_average"]])
     straggler = gen["straggler"]
     notes = [
@@ -387,7 +394,7 @@ def result_of(gen: dict, got: dict) -> dict:
     return {"title": "Store scale: convert, ranks and query on 64 ranks x 1M events, and HTA",
             "command": common.command_line("store_scale.py"),
             "machine": common.machine_info(),
-            "columns": ["command", "how", "ranks", "events per rank", "wall s",
+            "columns": ["command", "how", "ranks", "events per rank", "wall s", "CPU s (tree)",
                         "peak RSS MiB (tree)", "peak PSS MiB (tree)", "load avg"],
             "rows": rows, "targets": targets, "notes": notes, "raw": {"gen": gen, "run": got}}
 

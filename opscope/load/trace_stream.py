@@ -8,8 +8,9 @@ event list is parsed a batch at a time and each batch goes into
 ``trace_columns.TraceColumns``, which keeps a hundred-odd bytes of columns
 an op. So the peak is the columns plus one batch of JSON objects.
 
-A batch is parsed by one ``json.loads`` of the events up to the last ``}``
-that closes an event in the text at hand, the fast case; when that cut
+A batch is parsed by one ``loads`` of the events up to the last ``}`` that
+closes an event in the text at hand (orjson's when installed: what it accepts,
+json reads the same; what it refuses goes to json), the fast case; when that cut
 proves wrong (a ``},`` inside a string, an odd layout) the events are parsed
 one at a time with ``raw_decode``. Either way the result is exact: a cut is
 used only when the text up to it parses as a list of whole events.
@@ -45,6 +46,11 @@ CHUNK_BYTES = 4 * 2 ** 20  # bytes read (or inflated) per step: about a batch of
 _SPACE = re.compile(r"[ \t\n\r]*")
 _EVENT_END = re.compile(r"[ \t\n\r]*,")  # what follows the last } of a batch's last event
 _DECODER = json.JSONDecoder()
+
+try:  # optional: parses a batch faster; where it refuses, json decides
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_loads = json.loads
 
 
 def stream_trace(path: str, max_bytes: Optional[int] = None,
@@ -325,10 +331,14 @@ class _Document:
             end = cut
         else:
             return None
+        text_batch = "[" + buf[start:cut + 1] + "]"
         try:
-            batch = json.loads("[" + buf[start:cut + 1] + "]")
-        except (json.JSONDecodeError, RecursionError):
-            return None
+            batch = _fast_loads(text_batch)
+        except (ValueError, RecursionError):  # json's errors, orjson's, or a bad cut
+            try:  # json also takes NaN, integers past 64 bits and lone surrogates
+                batch = json.loads(text_batch)
+            except (json.JSONDecodeError, RecursionError):
+                return None
         text.pos = after.end()
         return batch
 

@@ -36,34 +36,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from opscope.analysis.rank_traces import (RankFacts, RankTraceError, rank_facts,
-                                          rank_from_name, session_rank, trace_paths)
+from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
 from opscope.model.torch_names import DISTRIBUTED_INFO_KEY
+from opscope.store.convert_traces import (ConvertResult, PlannedTrace, convert_files,
+                                          convert_in_jobs)
 from opscope.store.folder import check_store_folder
 from opscope.store.schema import StoreError, require_pyarrow
-
-
-@dataclass
-class ConvertResult:
-    """What ``convert`` wrote: the store, its ranks, the windows and events written."""
-
-    store: str
-    ranks: List[int] = field(default_factory=list)
-    windows: int = 0
-    events: int = 0
-    traces: List[str] = field(default_factory=list)
-
-
-@dataclass(order=True)
-class _Planned:
-    """A trace file and where it goes: its rank (a guess, checked on load) and start."""
-
-    rank: int
-    start: float
-    path: str
 
 
 class _Peeked(Exception):
@@ -118,63 +98,13 @@ def peek(path: str, max_bytes: Optional[int] = None) -> Tuple[Optional[int], flo
     return rank, min(starts, default=float("inf"))
 
 
-def plan(paths: List[str], max_bytes: Optional[int] = None) -> List[_Planned]:
+def plan(paths: List[str], max_bytes: Optional[int] = None) -> List[PlannedTrace]:
     """The files in conversion order: by rank (0 when none is known), then start."""
     out = []
     for path in paths:
         rank, start = peek(path, max_bytes)
-        out.append(_Planned(0 if rank is None else rank, start, path))
+        out.append(PlannedTrace(0 if rank is None else rank, start, path))
     return sorted(out)
-
-
-def _convert_one(writer, path: str, max_bytes: Optional[int],
-                 python_functions: Optional[str]) -> Tuple[int, RankFacts, int]:
-    """Load, reduce and write one trace; (rank, its facts, events written)."""
-    from opscope.analysis.build import build_session
-    from opscope.load.read import collection_paused, malformed_is_load_error
-    from opscope.load.trace_stream import stream_trace
-
-    with collection_paused(), malformed_is_load_error(path):
-        raw = stream_trace(path, max_bytes, python_functions)
-        session = build_session(raw)
-    del raw
-    rank = session_rank(session, path)
-    rank = 0 if rank is None else rank
-    facts = rank_facts(session, path, rank)
-    writer.write_window(session, rank=rank, facts=facts,
-                        window_name=os.path.basename(path))
-    return rank, facts, len(session.table)
-
-
-def convert_files(store: str, files: List[_Planned], *, max_bytes: Optional[int] = None,
-                  python_functions: Optional[str] = None,
-                  done: Optional[Callable[[str], None]] = None) -> ConvertResult:
-    """Convert ``files`` (in that order) into ``store``, without writing its marker.
-
-    A rank's collectives are written after its last file (a file whose rank
-    proves other than planned is still right: the writer merges them).
-    """
-    from opscope.store.write import StoreWriter
-
-    writer = StoreWriter(store)
-    result = ConvertResult(store)
-    facts_of: Dict[int, RankFacts] = {}
-    for k, item in enumerate(files):
-        rank, facts, events = _convert_one(writer, item.path, max_bytes, python_functions)
-        if rank in facts_of:
-            facts_of[rank].add(facts)
-        else:
-            facts_of[rank] = facts
-        result.windows += 1
-        result.events += events
-        result.traces.append(item.path)
-        if k + 1 == len(files) or files[k + 1].rank != item.rank:
-            for r in sorted(facts_of):
-                writer.write_collectives(r, facts_of.pop(r))
-                result.ranks.append(r)
-        if done is not None:
-            done(item.path)
-    return result
 
 
 def _destination(store: str) -> Tuple[str, bool]:
@@ -199,7 +129,6 @@ def convert(paths: Sequence[str], store: str, *, jobs: int = 1,
     inputs, ``opscope.load.TraceLoadError`` naming a trace that cannot be
     read; a new store is then not created.
     """
-    from opscope.store.convert_jobs import convert_in_jobs
     from opscope.store.write import StoreWriter
 
     require_pyarrow()
