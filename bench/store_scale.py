@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
