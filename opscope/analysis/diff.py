@@ -117,16 +117,38 @@ class SessionDiff:
         return all(r.status == "unchanged" for r in self.ops + self.modules)
 
 
-def _op_sides(session: ProfileSession) -> Dict[Tuple[str, bool], Tuple[int, float, float]]:
-    """(name, is user range) -> (calls, self us, total us), module ranges left out."""
-    modules = session.modules or {}
+def op_side(rows, module_names=None) -> Dict[Tuple[str, bool], Tuple[int, float, float]]:
+    """(name, is user range) -> (calls, self us, total us) of ``key_averages`` rows, the
+    ranges of modules (``module_names``) left out."""
+    modules = module_names or ()
     out = {}
-    for row in key_averages(session.table):
+    for row in rows:
         if row.is_user_annotation and row.key in modules:
             continue
         out[(row.key, row.is_user_annotation)] = (row.count, row.self_cpu_time_total,
                                                   row.cpu_time_total)
     return out
+
+
+@dataclass
+class DiffSide:
+    """One side of a diff, aggregated: op rows, module rows (None: not compared), totals.
+
+    A session gives one (``session_side``); so can any source that aggregates as
+    ``key_averages`` does (a store, in DuckDB).
+    """
+
+    ops: Dict[Tuple[str, bool], Tuple[int, float, float]]
+    modules: Optional[Dict[str, Tuple[int, float, float]]]
+    self_total_us: float
+    events: int
+
+
+def session_side(session: ProfileSession, with_modules: bool = True) -> DiffSide:
+    """The diff side of a session; its modules only ``with_modules`` and when recorded."""
+    modules = _module_sides(session) if with_modules and session.modules else None
+    return DiffSide(op_side(key_averages(session.table), session.modules), modules,
+                    float(session.table.self_ns.sum()) / 1000.0, len(session.table))
 
 
 def _module_sides(session: ProfileSession) -> Dict[str, Tuple[int, float, float]]:
@@ -186,13 +208,21 @@ def diff_sessions(a: ProfileSession, b: ProfileSession, *,
     >>> diff_sessions(empty, empty).unchanged
     True
     """
-    totals = (float(a.table.self_ns.sum()) / 1000.0, float(b.table.self_ns.sum()) / 1000.0)
+    both = bool(a.modules and b.modules)
+    return diff_sides(session_side(a, both), session_side(b, both),
+                      threshold_pct=threshold_pct, noise_pct=noise_pct)
+
+
+def diff_sides(a: DiffSide, b: DiffSide, *, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+               noise_pct: float = DEFAULT_NOISE_PCT) -> SessionDiff:
+    """Compare side ``b`` against side ``a``; modules when both sides have them."""
+    totals = (a.self_total_us, b.self_total_us)
     noise_us = noise_pct / 100.0 * max(totals)
-    ops = _rows(_op_sides(a), _op_sides(b))
+    ops = _rows(a.ops, b.ops)
     _classify(ops, noise_us, threshold_pct)
     modules: List[DiffRow] = []
-    if a.modules and b.modules:
-        modules = _rows(_module_sides(a), _module_sides(b))
+    if a.modules is not None and b.modules is not None:
+        modules = _rows(a.modules, b.modules)
         _classify(modules, noise_us, threshold_pct)
-    return SessionDiff(_sorted(ops), _sorted(modules), totals, (len(a.table), len(b.table)),
+    return SessionDiff(_sorted(ops), _sorted(modules), totals, (a.events, b.events),
                        threshold_pct, noise_pct)

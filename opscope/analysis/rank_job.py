@@ -35,8 +35,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.analysis.rank_traces import (RankFacts, clock_offset_ns, load_ranks,
-                                          rank_from_name)
+from opscope.analysis.rank_traces import (RankFacts, RankTraceError, clock_offset_ns,
+                                          load_ranks, rank_from_name)
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
                                        PROFILER_STEP_PREFIX)
@@ -127,6 +127,37 @@ def peek_rank(path: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+class JobSteps:
+    """A ``load_ranks`` visitor that keeps each rank's steps and the lowest rank's first session.
+
+    ``job(facts)`` makes the RankJob once every session was visited; any source of
+    sessions (a folder of traces, a store's windows) can drive it.
+    """
+
+    def __init__(self, visit: Optional[Callable[[int, str, ProfileSession], None]] = None):
+        self.visit = visit
+        self.steps: Dict[int, StepTimes] = {}
+        self.shown: Optional[Tuple[int, str, ProfileSession]] = None
+
+    def __call__(self, rank: int, path: str, session: ProfileSession) -> None:
+        times = step_times(session, session.epoch_offset_ns + clock_offset_ns(session))
+        if rank in self.steps:
+            self.steps[rank].add(times)
+        else:
+            self.steps[rank] = times
+        if self.visit is not None:
+            self.visit(rank, path, session)
+        if self.shown is None or rank < self.shown[0]:
+            self.shown = (rank, path, session)
+
+    def job(self, facts: List[RankFacts]) -> RankJob:
+        """The job of ``facts`` and the sessions seen (RankTraceError when none was)."""
+        if self.shown is None:
+            raise RankTraceError("no rank sessions were read")
+        rank, path, session = self.shown
+        return RankJob(facts, self.steps, session, rank, path)
+
+
 def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
              visit: Optional[Callable[[int, str, ProfileSession], None]] = None) -> RankJob:
     """Read the rank traces among ``paths`` once each; see the module docstring.
@@ -139,21 +170,5 @@ def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
     ...
     opscope.analysis.rank_traces.RankTraceError: no rank traces given
     """
-    steps: Dict[int, StepTimes] = {}
-    shown: List[Tuple[int, str, ProfileSession]] = []  # the lowest rank's first trace
-
-    def each(rank: int, path: str, session: ProfileSession) -> None:
-        times = step_times(session, session.epoch_offset_ns + clock_offset_ns(session))
-        if rank in steps:
-            steps[rank].add(times)
-        else:
-            steps[rank] = times
-        if visit is not None:
-            visit(rank, path, session)
-        if not shown or rank < shown[0][0]:
-            shown[:] = [(rank, path, session)]
-
-    facts = load_ranks(list(paths), max_bytes=max_bytes, visit=each)
-    rank, path, session = shown[0]
-    return RankJob(facts, steps, session, rank, path)
-
+    steps = JobSteps(visit)
+    return steps.job(load_ranks(list(paths), max_bytes=max_bytes, visit=steps))

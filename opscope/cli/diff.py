@@ -1,8 +1,11 @@
 """``opscope diff A B [-o diff.html]``: what changed between two saved traces.
 
 A is the baseline, B the new run; each is a trace written by opscope or
-torch.profiler (``.json``/``.json.gz``) or a ``tensorboard_trace_handler``
-folder. Ops (and modules, when both recorded them) are listed by absolute
+torch.profiler (``.json``/``.json.gz``), a ``tensorboard_trace_handler``
+folder or an opscope store. A store's ops are aggregated in DuckDB
+(``opscope.store.aggregate_sql.store_diff_side``) over the windows
+``--rank``/``--window`` choose; its modules are compared when one window is
+chosen and both sides recorded modules. Ops (and modules, when both recorded them) are listed by absolute
 change of self CPU time, regressions marked; ``-o`` also writes the diff as
 a self-contained HTML page.
 
@@ -17,12 +20,13 @@ import argparse
 import os
 import sys
 
-from opscope.analysis.diff import DEFAULT_NOISE_PCT, DEFAULT_THRESHOLD_PCT, diff_sessions
+from opscope.analysis.diff import DEFAULT_NOISE_PCT, DEFAULT_THRESHOLD_PCT, diff_sides
 from opscope.cli.errors import UsageError
 from opscope.cli.options import add_max_trace_size, parse_row_limit
 from opscope.cli.progress import progress
 from opscope.cli.terminal import terminal_safe, write_text
-from opscope.cli.traces import load_trace
+from opscope.cli.traces import (add_window_options, chosen_windows, is_store, load_store_window,
+                                load_trace, open_store, store_errors)
 
 SUMMARY = "compare two saved traces op by op: what got slower, what got faster"
 DESCRIPTION = f"""\
@@ -32,7 +36,9 @@ calls on each side and the change, ordered by absolute change of self time.
 A row is marked REGRESSION when its self time grew by at least --threshold
 percent (default {DEFAULT_THRESHOLD_PCT:g}) of what it was and by at least
 {DEFAULT_NOISE_PCT:g}% of the total self time (smaller changes are noise);
-"improved" is the mirror. With -o, the diff is also written as an HTML page."""
+"improved" is the mirror. With -o, the diff is also written as an HTML page.
+A or B may be an opscope store: its ops are aggregated in DuckDB over the
+windows --rank/--window choose (default: the lowest rank's newest window)."""
 DEFAULT_LIMIT = 30
 
 
@@ -55,8 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``diff`` verb."""
     parser = subparsers.add_parser("diff", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)
-    parser.add_argument("a", metavar="A", help="the baseline trace (file or folder)")
-    parser.add_argument("b", metavar="B", help="the trace to compare with it (file or folder)")
+    parser.add_argument("a", metavar="A", help="the baseline trace (file or folder) or store")
+    parser.add_argument("b", metavar="B",
+                        help="the trace (file or folder) or store to compare with it")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="also write the diff as a self-contained HTML page")
     parser.add_argument("--limit", metavar="N", type=parse_row_limit, default=DEFAULT_LIMIT,
@@ -67,6 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"smallest change of an op's self time, in percent of its old "
                              f"self time, marked as a regression or improvement "
                              f"(default: {DEFAULT_THRESHOLD_PCT:g})")
+    add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
@@ -82,18 +90,59 @@ def check_output(path: str) -> str:
     return path
 
 
+class _Input:
+    """One side as given: a loaded trace's session, or a store's connection and windows."""
+
+    def __init__(self, path: str, args: argparse.Namespace):
+        self.path = path
+        self.session = self.con = None
+        self.windows: list = []
+        if is_store(path):
+            from opscope.store.aggregate_sql import module_names
+
+            self.con = open_store(path)
+            self.windows = chosen_windows(self.con, args, path)
+            self.name = (f"{path} ({self.windows[0].label})" if len(self.windows) == 1
+                         else f"{path} ({len(self.windows)} windows)")
+            with store_errors(path):
+                self.has_modules = bool(module_names(
+                    self.con, [(w.rank, w.window) for w in self.windows]))
+        else:
+            self.session = load_trace(path, args.max_trace_size)
+            self.name = self.session.source_path
+            self.has_modules = bool(self.session.modules)
+
+    def side(self, modules: bool):
+        """Its DiffSide; module rows when ``modules`` (and, for a store, one window)."""
+        from opscope.analysis.diff import session_side
+
+        if self.session is not None:
+            return session_side(self.session, modules)
+        from opscope.store.aggregate_sql import store_diff_side
+
+        one = modules and len(self.windows) == 1
+        session = load_store_window(self.path, self.windows[0]) if one else None
+        with store_errors(self.path):
+            return store_diff_side(self.con, [(w.rank, w.window) for w in self.windows],
+                                   session)
+
+
 def main(args: argparse.Namespace) -> int:
-    """Load both traces, print the diff, write the HTML page if asked; return 0."""
+    """Load both traces (or stores), print the diff, write the HTML page if asked; return 0."""
     from opscope.export.diff_html import write_diff_html
     from opscope.export.diff_text import format_diff
 
     if args.output:
         check_output(args.output)
-    a = load_trace(args.a, args.max_trace_size)
-    b = load_trace(args.b, args.max_trace_size)
+    if not (is_store(args.a) or is_store(args.b)):
+        from opscope.cli.traces import check_no_window_options
+
+        check_no_window_options(args, args.a)
+    a, b = _Input(args.a, args), _Input(args.b, args)
+    both = a.has_modules and b.has_modules
     with progress("comparing"):
-        diff = diff_sessions(a, b, threshold_pct=args.threshold)
-    names = (a.source_path, b.source_path)
+        diff = diff_sides(a.side(both), b.side(both), threshold_pct=args.threshold)
+    names = (a.name, b.name)
     write_text(format_diff(diff, names=names, row_limit=args.limit) + "\n")
     if args.output:
         try:

@@ -2,15 +2,19 @@
 
 DIR holds one trace per rank (or several: one per window), written by opscope
 or torch.profiler, each naming its rank in ``distributedInfo`` or in its file
-name (``train.rank3.pt.trace.json``). The report has the per-rank times, the
-collectives matched across ranks (those with the longest wait first), the
-stragglers and the first desync; ``--json`` prints it as one JSON document
-(see ``opscope.analysis.ranks.RanksAnalysis.to_json``).
+name (``train.rank3.pt.trace.json``). DIR may also be an opscope store: the
+ranks' facts and collectives are read from its ``sessions`` and ``collectives``
+tables with DuckDB (``opscope.store.ranks_sql``), no event is loaded, and the
+analysis is the one of the traces it was made from. The report has the
+per-rank times, the collectives matched across ranks (those with the longest
+wait first), the stragglers and the first desync; ``--json`` prints it as one
+JSON document (see ``opscope.analysis.ranks.RanksAnalysis.to_json``).
 
 Example::
 
     $ opscope ranks out/
     $ opscope ranks out/ --json | jq .stragglers
+    $ opscope ranks job.store --json
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ is distributedInfo.rank, else rank<R> in its file name) and print per rank its
 steps, mean step time and time in compute, communication and waiting; the
 collectives matched across ranks by (process group, sequence number), with
 each rank's arrival, wait and transfer; the stragglers (ranks that arrive
-last); and the first desync (where ranks issued different collectives)."""
+last); and the first desync (where ranks issued different collectives). DIR
+may be an opscope store: its ranks are read with DuckDB, all windows."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser("ranks", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)
-    parser.add_argument("folder", metavar="DIR", help="folder of per-rank traces")
+    parser.add_argument("folder", metavar="DIR", help="folder of per-rank traces, or a store")
     parser.add_argument("--json", action="store_true",
                         help="print the analysis as one JSON document on stdout")
     parser.add_argument("--limit", metavar="N", type=parse_row_limit,
@@ -72,6 +77,16 @@ def load_job(folder: str, max_bytes=None):
         raise UsageError(f"{folder!r}: not enough memory to load its traces") from None
 
 
+def load_store_facts(store: str):
+    """The store's RankFacts (``opscope.store.ranks_sql``); problems are one-line UsageErrors."""
+    from opscope.cli.traces import open_store, store_errors
+    from opscope.store.ranks_sql import store_rank_facts
+
+    con = open_store(store)
+    with store_errors(store), progress("reading ranks"):
+        return store_rank_facts(con, store)
+
+
 def main(args: argparse.Namespace) -> int:
     """Load the rank traces, analyse them, print text or JSON; return 0."""
     from opscope.analysis.ranks import analyse_ranks
@@ -80,7 +95,12 @@ def main(args: argparse.Namespace) -> int:
     if not args.min_lateness_ms >= 0:
         raise UsageError(f"argument --min-lateness-ms: expected ms >= 0, got "
                          f"{args.min_lateness_ms!r}")
-    facts = load_job(args.folder, args.max_trace_size)
+    from opscope.cli.traces import is_store
+
+    if is_store(args.folder):
+        facts = load_store_facts(args.folder)
+    else:
+        facts = load_job(args.folder, args.max_trace_size)
     with progress("analysing"):
         analysis = analyse_ranks(facts, min_lateness_ms=args.min_lateness_ms)
     if args.json:

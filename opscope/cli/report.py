@@ -6,11 +6,17 @@ newest trace is used). The report is one self-contained HTML file. A folder
 holding the per-rank traces of a torch.distributed job (two ranks or more) gives
 the job's report: a Ranks view (step times per rank, collectives, stragglers,
 desync, a timeline per rank) and the other views of the lowest rank.
+TRACE may be an opscope store: a store of one rank gives the report of one
+window (``--rank``/``--window``; default: the newest), read back as a session;
+a store of two ranks or more gives the job's report, its ranks read from the
+store (``opscope.store.ranks_sql.load_store_job``), one window at a time. The
+page goes beside the store (``job.store`` -> ``job.store.html``) unless -o says.
 
 Example::
 
     $ opscope report out/demo.pt.trace.json -o demo.html
     $ opscope report out/ranks/            # writes out/ranks/ranks.html
+    $ opscope report job.store             # writes job.store.html
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from opscope.cli.errors import UsageError
 from opscope.cli.options import add_max_trace_size
 from opscope.cli.progress import progress
 from opscope.cli.terminal import terminal_safe, write_text
+from opscope.cli.traces import (add_window_options, check_no_window_options, chosen_windows,
+                                is_store, load_store_window, open_store, store_errors)
 
 SUMMARY = "write the HTML report of a saved trace (opscope or torch.profiler)"
 DESCRIPTION = """\
@@ -35,7 +43,10 @@ more, named by distributedInfo.rank or rank<R> in the file name), the report
 is the job's: a Ranks view with step time per rank and step, the collectives
 matched across ranks, the stragglers and desync, and a timeline per rank on
 aligned clocks; the other views show the lowest rank (default output:
-DIR/ranks.html)."""
+DIR/ranks.html). TRACE may be an opscope store: one window's report (chosen
+with --rank/--window; default: the lowest rank's newest), or with two ranks
+or more and no --rank/--window the job's report (default output: STORE.html
+beside the store)."""
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 JOB_REPORT_NAME = "ranks.html"
 
@@ -44,12 +55,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``report`` verb."""
     parser = subparsers.add_parser("report", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)
-    parser.add_argument("trace", metavar="TRACE", help="trace file or trace folder")
+    parser.add_argument("trace", metavar="TRACE", help="trace file, trace folder or store")
     parser.add_argument(
         "-o", "--output", metavar="FILE",
         help="the HTML file to write, or a folder to write it in (default: beside the "
              "trace, named like it with .html, e.g. demo.pt.trace.json -> demo.html)")
     parser.add_argument("--title", help="title shown in the report (default: the trace's path)")
+    add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
@@ -120,12 +132,63 @@ def write_job(args: argparse.Namespace, paths: list) -> int:
     return 0
 
 
+def store_output(output: str, store: str) -> str:
+    """Where a store's report goes: ``output`` (file or folder), else ``STORE.html`` beside it.
+
+    >>> store_output("", "/x/job.store/")
+    '/x/job.store.html'
+    """
+    name = os.path.basename(os.path.normpath(store)) + ".html"
+    if not output:
+        return os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(store))), name)
+    if os.path.isdir(output):
+        return os.path.join(output, name)
+    return output_path(output, store)
+
+
+def write_store(args: argparse.Namespace) -> int:
+    """Write a store's report: the job's (two ranks or more, no window chosen) or a window's."""
+    from opscope.report import write_report, write_report_data
+    from opscope.report.ranks import job_data
+    from opscope.store.ranks_sql import load_store_job
+    from opscope.store.session_sql import store_windows
+
+    store = args.trace
+    target = store_output(args.output, store)
+    con = open_store(store)
+    with store_errors(store):
+        every = store_windows(con)
+    if len({w.rank for w in every}) >= 2 and args.rank is None and args.window is None:
+        with store_errors(store), progress(f"writing {terminal_safe(target)} from "
+                                           f"{len(every)} windows"):
+            data = job_data(lambda visit: load_store_job(store, con, visit), len(every),
+                            title=args.title or store)
+            write_report_data(data, target)
+    else:
+        windows = chosen_windows(con, args, store)
+        if len(windows) != 1:
+            raise UsageError(f"store {store!r}: the report shows one window; choose one with "
+                             f"--rank and --window (not 'all')")
+        session = load_store_window(store, windows[0])
+        with store_errors(store), progress(f"writing {terminal_safe(target)}"):
+            write_report(session, target, title=args.title or f"{store} ({windows[0].label})")
+    write_text(f"opscope: wrote report {target} (open it in a browser)\n", sys.stderr)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Load the trace and write its report; return the exit status."""
     from opscope.analysis.build import load_session
     from opscope.load import TraceLoadError, resolve_trace_path
     from opscope.report import write_report
 
+    if is_store(args.trace):
+        try:
+            return write_store(args)
+        except OSError as exc:
+            raise UsageError(f"argument -o/--output: cannot write the report "
+                             f"({exc.strerror or exc})") from None
+    check_no_window_options(args, args.trace)
     paths = job_traces(args.trace)
     if paths:
         return write_job(args, paths)

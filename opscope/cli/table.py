@@ -1,14 +1,19 @@
-"""``opscope table TRACE``: the key_averages table of a saved trace.
+"""``opscope table TRACE``: the key_averages table of a saved trace or a store.
 
 TRACE is a trace written by opscope or torch.profiler (``.json`` or
-``.json.gz``), or a folder written by ``tensorboard_trace_handler`` (its newest
-trace). The table is the one ``prof.key_averages().table()`` prints for the
-live profile, rebuilt from the file.
+``.json.gz``), a folder written by ``tensorboard_trace_handler`` (its newest
+trace), or an opscope store. The table is the one ``prof.key_averages().table()``
+prints for the live profile, rebuilt from the file. For a store the rows are
+aggregated in DuckDB (``opscope.store.aggregate_sql``), so no session of the
+store is built; ``--rank``/``--window`` choose its windows (default: the lowest
+rank's newest window; ``all`` adds them up). ``--group-by module`` loads the one
+window it reads.
 
 Example::
 
     $ opscope table out/train.pt.trace.json --sort cpu_time_total --limit 10
     $ opscope table out/ --group-by stack:3
+    $ opscope table job.store --rank 3 --window all
 """
 
 from __future__ import annotations
@@ -23,14 +28,19 @@ from opscope.cli.options import (DEFAULT_ROW_LIMIT, DEFAULT_SORT, add_max_trace_
                                  parse_row_limit, parse_sort_key)
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
-from opscope.cli.traces import load_trace
+from opscope.cli.traces import (add_window_options, check_no_window_options, chosen_windows,
+                                is_store, load_store_window, load_trace, open_store,
+                                store_errors, store_label)
 from opscope.model.session import ProfileSession
 
-SUMMARY = "print the key_averages table of a saved trace (opscope or torch.profiler)"
+SUMMARY = "print the key_averages table of a saved trace (opscope or torch.profiler) or a store"
 DESCRIPTION = """\
 Load TRACE (a .json or .json.gz trace written by opscope or torch.profiler, or
 a folder written by tensorboard_trace_handler, whose newest trace is used) and
-print its key_averages table, as prof.key_averages().table() prints it."""
+print its key_averages table, as prof.key_averages().table() prints it. TRACE
+may be an opscope store: the table is aggregated in DuckDB over the window that
+--rank/--window choose (default: the lowest rank's newest window), or over
+several added up ('all'), rows in order of their first event."""
 GROUP_BY_FORM = "shape|stack:N|module"
 
 
@@ -64,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``table`` verb."""
     parser = subparsers.add_parser("table", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)
-    parser.add_argument("trace", metavar="TRACE", help="trace file (.json, .json.gz) or folder")
+    parser.add_argument("trace", metavar="TRACE",
+                        help="trace file (.json, .json.gz), trace folder or store")
     parser.add_argument(
         "--sort", metavar="KEY",
         help=f"sort by this column, as key_averages().table(sort_by=...) (default: "
@@ -77,26 +88,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--group-by", metavar=GROUP_BY_FORM, type=parse_group_by,
         help="one row per name and input shapes (shape), per name and the N innermost "
              "Python frames (stack:N), or per nn.Module as a tree (module)")
+    add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 
 
-def check_group_data(session: ProfileSession, group_by: Optional[GroupBy], trace: str) -> None:
-    """Raise :class:`UsageError` when the trace lacks what ``group_by`` groups by."""
+class TableData(NamedTuple):
+    """What a trace (or a store's windows) recorded, as the table's checks ask it."""
+
+    shapes: bool
+    stacks: bool
+    modules: bool
+    flops: bool
+    memory: bool
+
+
+def session_data(session: ProfileSession) -> TableData:
+    """What ``session`` recorded."""
+    return TableData(shapes_recorded(session), bool(session.stacks and any(session.stacks)),
+                    bool(session.modules), session.flops is not None,
+                    session.event_memory is not None)
+
+
+def check_group_data(has: TableData, group_by: Optional[GroupBy], where: str) -> None:
+    """Raise :class:`UsageError` when the trace lacks what ``group_by`` groups by.
+
+    ``where`` names it: ``trace 'x.json'`` or ``store 's' (rank 0, window 1 (step1))``.
+    """
     if group_by is None:
         return
-    if group_by.kind == "shape" and not shapes_recorded(session):
-        raise UsageError(f"trace {trace!r} has no input shapes to group by (record with "
+    if group_by.kind == "shape" and not has.shapes:
+        raise UsageError(f"{where} has no input shapes to group by (record with "
                          f"--record-shapes / record_shapes=True)")
-    if group_by.kind == "stack" and not (session.stacks and any(session.stacks)):
-        raise UsageError(f"trace {trace!r} has no Python stacks to group by (record with "
+    if group_by.kind == "stack" and not has.stacks:
+        raise UsageError(f"{where} has no Python stacks to group by (record with "
                          f"--stack / with_stack=True)")
-    if group_by.kind == "module" and not session.modules:
-        raise UsageError(f"trace {trace!r} has no module data (record with --modules / "
+    if group_by.kind == "module" and not has.modules:
+        raise UsageError(f"{where} has no module data (record with --modules / "
                          f"with_modules=True)")
 
 
-def check_sort_data(session: ProfileSession, sort: Optional[str], trace: str) -> None:
+def check_sort_data(has: TableData, sort: Optional[str], where: str) -> None:
     """Raise :class:`UsageError` when ``sort`` is a column the trace has no data for.
 
     Sorting by FLOPs or memory that were not recorded would order nothing and
@@ -104,11 +136,11 @@ def check_sort_data(session: ProfileSession, sort: Optional[str], trace: str) ->
     """
     if sort is None:
         return
-    if "flops" in sort and session.flops is None:
-        raise UsageError(f"argument --sort: trace {trace!r} has no FLOPs to sort by "
+    if "flops" in sort and not has.flops:
+        raise UsageError(f"argument --sort: {where} has no FLOPs to sort by "
                          f"(record with --flops / with_flops=True)")
-    if "memory" in sort and session.event_memory is None:
-        raise UsageError(f"argument --sort: trace {trace!r} has no memory to sort by "
+    if "memory" in sort and not has.memory:
+        raise UsageError(f"argument --sort: {where} has no memory to sort by "
                          f"(record with --memory / profile_memory=True)")
 
 
@@ -120,7 +152,7 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
     modules: the module tree of ``opscope.analysis.modules``.
     """
     from opscope.analysis.aggregate import session_key_averages
-    from opscope.event_list import EventList, ModuleList
+    from opscope.event_list import ModuleList
 
     options = session.options
     if group_by is not None and group_by.kind == "module":
@@ -131,6 +163,18 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
     rows = session_key_averages(
         session, group_by_input_shape=group_by is not None and group_by.kind == "shape",
         group_by_stack_n=group_by.frames if group_by is not None else 0)
+    return rows_table(rows, options, sort=sort, row_limit=row_limit)
+
+
+def rows_table(rows: list, options: dict, *, sort: Optional[str] = None,
+               row_limit: int = DEFAULT_ROW_LIMIT) -> str:
+    """key_averages ``rows`` as torch's table, with memory and FLOPs columns as ``options`` say.
+
+    >>> rows_table([], {})
+    ''
+    """
+    from opscope.event_list import EventList
+
     return EventList(rows, profile_memory=bool(options.get("profile_memory")),
                      with_flops=bool(options.get("with_flops"))).table(
         sort_by=sort or DEFAULT_SORT, row_limit=row_limit)
@@ -153,17 +197,59 @@ def check_sort(sort: Optional[str], group_by: Optional[GroupBy]) -> None:
         raise UsageError(f"argument --sort: {exc}") from None
 
 
-def main(args: argparse.Namespace) -> int:
-    """Load the trace and print its table; return the exit status."""
-    check_sort(args.sort, args.group_by)
-    session = load_trace(args.trace, args.max_trace_size)
-    check_group_data(session, args.group_by, session.source_path)
-    check_sort_data(session, args.sort, session.source_path)
+def print_session_table(args: argparse.Namespace, session: ProfileSession, where: str) -> int:
+    """Check the data, then print ``session``'s table (or say it has no ops); return 0."""
+    has = session_data(session)
+    check_group_data(has, args.group_by, where)
+    check_sort_data(has, args.sort, where)
     if len(session.table) == 0:
-        write_text(f"opscope: trace {session.source_path!r} has no CPU op events\n", sys.stderr)
+        write_text(f"opscope: {where} has no CPU op events\n", sys.stderr)
         return 0
     with progress("analysing"):
         text = session_table(session, sort=args.sort, row_limit=args.row_limit,
                              group_by=args.group_by)
     write_text(text if text.endswith("\n") else text + "\n")  # names escaped, as all CLI text
     return 0
+
+
+def store_main(args: argparse.Namespace) -> int:
+    """The table of a store's chosen windows, aggregated in DuckDB; return 0."""
+    from opscope.store.aggregate_sql import store_key_averages
+    from opscope.store.session_sql import chosen_options, recorded
+
+    con = open_store(args.trace)
+    windows = chosen_windows(con, args, args.trace)
+    where = store_label(args.trace, windows)
+    if args.group_by is not None and args.group_by.kind == "module":
+        if len(windows) != 1:
+            raise UsageError(f"argument --group-by: the module table reads one window; "
+                             f"{where}: choose one with --rank and --window")
+        return print_session_table(args, load_store_window(args.trace, windows[0]), where)
+    options = chosen_options(windows)
+    with store_errors(args.trace), progress("analysing"):
+        found = recorded(con, windows)
+        has = TableData(options["record_shapes"] or found.inputs, found.stacks, False,
+                       found.flops, found.memory)
+        check_group_data(has, args.group_by, where)
+        check_sort_data(has, args.sort, where)
+        if found.events == 0:
+            write_text(f"opscope: {where} has no CPU op events\n", sys.stderr)
+            return 0
+        rows = store_key_averages(
+            con, [(w.rank, w.window) for w in windows],
+            group_by_input_shape=args.group_by is not None and args.group_by.kind == "shape",
+            group_by_stack_n=args.group_by.frames if args.group_by is not None else 0,
+            store=args.trace)
+        text = rows_table(rows, options, sort=args.sort, row_limit=args.row_limit)
+    write_text(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load the trace (or open the store) and print its table; return the exit status."""
+    check_sort(args.sort, args.group_by)
+    if is_store(args.trace):
+        return store_main(args)
+    check_no_window_options(args, args.trace)
+    session = load_trace(args.trace, args.max_trace_size)
+    return print_session_table(args, session, f"trace {session.source_path!r}")

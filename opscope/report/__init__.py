@@ -7,6 +7,8 @@ memory and rule-based recommendations. All scripts and styles are inline:
 the file opens offline in any browser. ``write_job_report(paths, path)`` does
 the same for a torch.distributed job's per-rank traces, adding the Ranks view
 (``opscope.report.ranks``); its other views show the lowest rank.
+``write_report_data(data, path)`` writes the page of data built elsewhere (a
+store's job: ``opscope.report.ranks.job_data``).
 
 Example::
 
@@ -29,7 +31,7 @@ from opscope.export.output_path import check_output_path
 from opscope.model.session import ProfileSession
 from opscope.report.data import report_data
 from opscope.report.page import render_html
-from opscope.report.ranks import job_report_data
+from opscope.report.ranks import job_data, job_report_data
 
 
 def write_report(session: ProfileSession, path: PathLike, *,
@@ -59,4 +61,13 @@ def write_job_report(paths: Sequence[str], path: PathLike, *, title: Optional[st
         f.write(page)
 
 
-__all__ = ["write_report", "write_job_report", "report_data", "job_report_data", "render_html"]
+def write_report_data(data: dict, path: PathLike) -> None:
+    """Write the page of report ``data`` (``report_data``, ``job_data``) to ``path``, atomically."""
+    path = check_output_path("write_report_data", "path", path)
+    page = render_html(data)
+    with atomic_text_writer(path) as f:
+        f.write(page)
+
+
+__all__ = ["write_report", "write_job_report", "write_report_data", "report_data",
+           "job_report_data", "job_data", "render_html"]

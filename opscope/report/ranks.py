@@ -27,9 +27,9 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from opscope.analysis.rank_job import StepTimes, load_job
+from opscope.analysis.rank_job import RankJob, StepTimes, load_job
 from opscope.analysis.rank_traces import clock_offset_ns
 from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS, RanksAnalysis, analyse_ranks
 from opscope.model.session import ProfileSession
@@ -117,10 +117,20 @@ def job_report_data(paths: Sequence[str], *, title: Optional[str] = None,
                     timeline_cap: int = TIMELINE_CAP, max_bytes: Optional[int] = None,
                     min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
     """The page's data for a job: ``report_data`` of the shown rank, plus ``ranks``."""
+    return job_data(lambda visit: load_job(paths, max_bytes=max_bytes, visit=visit),
+                    len(paths), title=title, timeline_cap=timeline_cap,
+                    min_lateness_ms=min_lateness_ms)
+
+
+def job_data(load: Callable[[Callable], RankJob], sessions: int, *, title: Optional[str] = None,
+             timeline_cap: int = TIMELINE_CAP,
+             min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
+    """``job_report_data`` of any source: ``load(visit)`` reads the job (``sessions`` of them,
+    each passed to ``visit(rank, path, session)``), as ``load_job`` or a store's loader."""
     from opscope.report.data import report_data
 
-    lanes = _LaneCollector(max(1, timeline_cap // max(1, len(paths))))
-    job = load_job(paths, max_bytes=max_bytes, visit=lanes)
+    lanes = _LaneCollector(max(1, timeline_cap // max(1, sessions)))
+    job = load(lanes)
     analysis = analyse_ranks(job.facts, min_lateness_ms=min_lateness_ms)
     starts = [f.start_ns for f in job.facts if f.start_ns is not None]
     origin = min(starts) if starts else 0

@@ -30,11 +30,16 @@ keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
 - ``ops``: ``events`` plus ``input_dims``, ``input_types``, ``input_strides``,
   ``concrete_inputs`` and ``frames``.
 - ``collective_ranks``: per matched collective (``pg``, ``seq``) and rank:
-  ``kind``, ``window``, ``step``, ``bytes``, ``call_site``, ``arrival_ns``,
+  ``kind``, ``window``, ``step`` (the step of ``steps`` its arrival falls in), ``bytes``,
+  ``call_site``, ``arrival_ns``,
   ``end_ns``, ``duration_ns``, ``transfer_ns`` (the shortest duration across the
   ranks: the TensorBoard rule), ``wait_ns`` (the rest), ``late_ns`` (arrival after
   the first rank's) and ``ranks`` (how many ranks issued it).
-- ``steps``: per rank, window and step: ``start_ns``, ``end_ns``, ``dur_ns``.
+- ``steps``: per rank, window and step: ``step``, ``start_ns``, ``end_ns``,
+  ``dur_ns``, ``kind``: the ``ProfilerStep#N`` ranges (``kind`` 'profiler_step',
+  ``step`` N), else, in a window without them, the optimizer steps ('optimizer_step',
+  ``step`` 0, 1, ... in the window: from the previous optimizer step's end, or the
+  window's start, to this one's end).
 
 Example (a store with one window)::
 
@@ -66,10 +71,9 @@ Example (a store with one window)::
 from __future__ import annotations
 
 import os
-import stat
 from typing import List, Optional, Union
 
-from opscope.store.folder import check_store_folder
+from opscope.store.folder import check_store_folder, partition_values, regular_file_inside
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, require_duckdb)
 
@@ -82,10 +86,25 @@ DERIVED_VIEWS = {
         LEFT JOIN stacks s ON s.rank = e.rank AND s."window" = e."window"
                           AND s.stack_id = e.stack_id""",
     "steps": """
-        SELECT rank, "window", step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-               max(end_ns) - min(start_ns) AS dur_ns
-        FROM events WHERE step >= 0 AND name LIKE 'ProfilerStep#%'
-        GROUP BY rank, "window", step""",
+        WITH profiler_steps AS (
+            SELECT rank, "window", step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                   'profiler_step' AS kind
+            FROM events WHERE step >= 0 AND name LIKE 'ProfilerStep#%'
+            GROUP BY rank, "window", step),
+        optimizer_steps AS (
+            SELECT o.rank, o."window",
+                   CAST(row_number() OVER w - 1 AS INTEGER) AS step,
+                   coalesce(lag(o.end_ns) OVER w, s.start_ns) AS start_ns, o.end_ns,
+                   'optimizer_step' AS kind
+            FROM events o JOIN sessions s ON s.rank = o.rank AND s."window" = o."window"
+            WHERE o.name LIKE 'Optimizer.step#%'
+            WINDOW w AS (PARTITION BY o.rank, o."window" ORDER BY o.end_ns))
+        SELECT rank, "window", step, start_ns, end_ns, end_ns - start_ns AS dur_ns, kind
+        FROM profiler_steps
+        UNION ALL
+        SELECT rank, "window", step, start_ns, end_ns, end_ns - start_ns AS dur_ns, kind
+        FROM optimizer_steps o WHERE NOT EXISTS (
+            SELECT 1 FROM profiler_steps p WHERE p.rank = o.rank AND p."window" = o."window")""",
     "collective_ranks": """
         SELECT c.pg, c.seq, c.kind, c.rank, c."window", st.step, c.bytes, c.call_site,
                c.arrival_ns, c.end_ns, c.duration_ns,
@@ -102,35 +121,21 @@ DERIVED_VIEWS = {
 VIEWS = tuple(COLUMNS) + tuple(DERIVED_VIEWS)
 
 
-def _partitions(folder: str, key: str) -> List[str]:
-    """Sub-folders ``key=<int>`` of ``folder`` (symlinks skipped), by number."""
-    try:
-        names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    found = []
-    for name in names:
-        k, _, value = name.partition("=")
-        path = os.path.join(folder, name)
-        if k == key and value.lstrip("-").isdigit() and not os.path.islink(path) \
-                and os.path.isdir(path):
-            found.append((int(value), path))
-    return [p for _, p in sorted(found)]
-
-
 def part_files(store: str, table: str) -> List[str]:
-    """The Parquet files of ``table`` (regular files only), in rank and window order."""
-    folders = _partitions(os.path.join(store, table), "rank")
-    if table not in RANK_TABLES:
-        folders = [w for r in folders for w in _partitions(r, "window")]
+    """The Parquet files of ``table``, in rank and window order; a symlink on the way
+    raises StoreError (see ``opscope.store.folder.regular_file_inside``)."""
+    root = os.path.join(store, table)
+    if os.path.islink(root):
+        raise StoreError(f"store {store!r}: {root!r} is a symlink; not following it")
     files = []
-    for folder in folders:
-        path = os.path.join(folder, PART_FILE)
-        try:
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                files.append(path)
-        except FileNotFoundError:
-            pass
+    for rank in partition_values(root, "rank"):
+        folder = os.path.join(root, f"rank={rank}")
+        if table in RANK_TABLES:
+            paths = [os.path.join(folder, PART_FILE)]
+        else:
+            paths = [os.path.join(folder, f"window={w}", PART_FILE)
+                     for w in partition_values(folder, "window")]
+        files += [p for p in paths if regular_file_inside(store, p)]
     return files
 
 
@@ -169,9 +174,37 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
         raise StoreError(f"store {os.fspath(store)!r}: permission denied")
     con = duckdb.connect(":memory:")
     if memory_limit is not None:
-        con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
-    for table in COLUMNS:
-        con.execute(f'CREATE VIEW "{table}" AS {table_sql(path, table)}')
-    for name, sql in DERIVED_VIEWS.items():
-        con.execute(f'CREATE VIEW "{name}" AS {sql}')
+        try:
+            con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
+        except duckdb.Error:
+            con.close()
+            raise StoreError(f"memory_limit {memory_limit!r} is not a size DuckDB takes "
+                             f"(e.g. '1GB', '500MB')") from None
+    for name, sql in [(t, table_sql(path, t)) for t in COLUMNS] + list(DERIVED_VIEWS.items()):
+        try:
+            con.execute(f'CREATE VIEW "{name}" AS {sql}')
+        except duckdb.Error as exc:
+            con.close()
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StoreError(f"store {os.fspath(store)!r}: cannot read its {name!r} "
+                             f"table ({first})") from None
     return con
+
+
+def _views_doc() -> str:
+    """The module doc's part on the views, and the example queries, for ``connect``'s doc."""
+    from opscope.store.examples import EXAMPLE_QUERIES
+
+    doc = __doc__ or ""
+    views = doc[doc.find("Every table"):doc.find("Example (a store")].rstrip()
+    examples = "\n\n".join(f"{name.capitalize()}::\n\n" + "\n".join(
+        "    " + line for line in sql.splitlines()) for name, sql in EXAMPLE_QUERIES.items())
+    return f"\n    The views\n    ---------\n\n{_indent(views)}\n\n    Examples\n    " \
+           f"--------\n\n{_indent(examples)}\n"
+
+
+def _indent(text: str) -> str:
+    return "\n".join(("    " + line).rstrip() for line in text.splitlines())
+
+
+connect.__doc__ = (connect.__doc__ or "") + _views_doc()

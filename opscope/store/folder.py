@@ -86,16 +86,30 @@ def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
     """
     _, pq = require_pyarrow()
     path = part_path(store, table, rank, window)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    if not regular_file_inside(store, path):
         return None
-    if not stat.S_ISREG(mode):
-        raise StoreError(f"store {store!r}: {path!r} is not a regular file")
     try:
         return pq.read_table(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
+
+
+def regular_file_inside(store: str, path: str) -> bool:
+    """True when ``path`` (under ``store``) is a regular file reached without a symlink;
+    False when it does not exist. A symlink or a non-regular file on the way raises
+    StoreError naming it: a store may be someone else's, and its links are not followed."""
+    current = store
+    for part in os.path.relpath(path, store).split(os.sep):
+        current = os.path.join(current, part)
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(mode):
+            raise StoreError(f"store {store!r}: {current!r} is a symlink; not following it")
+    if not stat.S_ISREG(mode):
+        raise StoreError(f"store {store!r}: {path!r} is not a regular file")
+    return True
 
 
 def partition_values(folder: str, key: str) -> List[int]:
@@ -105,6 +119,7 @@ def partition_values(folder: str, key: str) -> List[int]:
     out = []
     for name in os.listdir(folder):
         k, _, value = name.partition("=")
-        if k == key and value.lstrip("-").isdigit():
+        if k == key and value.lstrip("-").isdigit() and value == str(int(value)) \
+                and not os.path.islink(os.path.join(folder, name)):
             out.append(int(value))
     return sorted(out)

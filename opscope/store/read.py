@@ -36,7 +36,7 @@ import numpy as np
 
 from opscope.analysis.collectives import CollectiveCall
 from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSession
-from opscope.model.session import ProfileSession
+from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.store.extras import read_extras
 from opscope.store.folder import check_store_folder, partition_values, read_part
 from opscope.store.schema import StoreError, require_pyarrow
@@ -173,6 +173,16 @@ def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
     store = os.fspath(store)
     rank, window = _pick(store, rank, window)
     where = f"store {store!r}, rank {rank}, window {window}"
+    try:
+        return _read_window(store, rank, window, where)
+    except (ValueError, TypeError, KeyError, IndexError, NotImplementedError,
+            OverflowError) as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
     parts = {t: read_part(store, t, rank, window)
              for t in ("events", "inputs", "stacks", "memory", "sessions")}
     events, session = parts["events"], parts["sessions"]
@@ -194,9 +204,11 @@ def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
                      int(row["stop_ns"]) - shift, int(row["epoch_offset_ns"] or 0),
                      collector=row["collector"] or "native",
                      process_id=int(row["process_id"] or 0),
-                     metadata=_json(row["metadata"], "metadata", where, {}))
+                     metadata={str(k): v if isinstance(v, str) else json.dumps(v) for k, v in
+                               _json(row["metadata"], "metadata", where, {}).items()})
     _add_rows(raw, parts, row_of, kept, extras, shift)
-    raw.options = _json(row["options"], "options", where, {})
+    options = _json(row["options"], "options", where, {})
+    raw.options = {k: options.get(k) is True for k in OPTION_NAMES}
     raw.thread_names, raw.marks = extras["thread_names"], extras["marks"]
     raw.modules, raw.module_calls = extras["modules"], extras["module_calls"]
     raw.memory_sightings = extras["memory_sightings"]

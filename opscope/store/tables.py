@@ -62,13 +62,15 @@ def arrow_table(table: str, columns: Dict[str, Any]):
 def _dictionary(codes: np.ndarray, names: List[Optional[str]]):
     """A dictionary-encoded string array: ``names[code]``, null where code < 0."""
     pa, _ = require_pyarrow()
-    used, inverse = np.unique(codes, return_inverse=True)
-    inverse = inverse.reshape(-1).astype(np.int32)
-    valid = used >= 0
-    first = int(np.count_nonzero(~valid))  # the code -1 sorts first
-    dictionary = pa.array([names[int(c)] for c in used[valid].tolist()], pa.string())
-    mask = inverse < first
-    indices = pa.array(np.where(mask, 0, inverse - first), pa.int32(), mask=mask)
+    codes = np.asarray(codes, dtype=np.int64)
+    present = np.bincount(codes + 1, minlength=len(names) + 1)[1:] > 0
+    used = np.flatnonzero(present)  # codes in use, without -1
+    index = np.full(len(names) + 1, -1, dtype=np.int32)  # code -> position; [-1]: null
+    index[used] = np.arange(len(used), dtype=np.int32)
+    position = index[codes]
+    mask = position < 0
+    dictionary = pa.array([names[int(c)] for c in used.tolist()], pa.string())
+    indices = pa.array(np.where(mask, 0, position), pa.int32(), mask=mask)
     return pa.DictionaryArray.from_arrays(indices, dictionary)
 
 

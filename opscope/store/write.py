@@ -6,7 +6,8 @@ symlink, a file, or a non-empty folder that is not a store is refused with a
 per-window tables of one session; ``write_collectives(rank, facts)`` the
 rank's collectives, keyed as ``opscope.analysis.collective_keys`` keys them;
 ``close()`` writes the collectives still pending and then the marker file,
-last. Every Parquet file is written under a temp name in its own folder and
+last. A writer that streams a big window writes each table itself, batch by
+batch, with ``part_writer(table, rank, window)``. Every Parquet file is written under a temp name in its own folder and
 renamed onto its place, so a reader never sees half a file and a window
 written again replaces the old one.
 
@@ -30,7 +31,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from opscope.analysis.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
@@ -42,7 +44,7 @@ from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.store.folder import check_store_folder, partition_values
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
-                                  part_path, require_pyarrow)
+                                  arrow_schema, part_path, require_pyarrow)
 from opscope.store.tables import arrow_table, window_tables
 
 
@@ -62,8 +64,12 @@ def _make_dirs(store: str, folder: str) -> None:
                     raise StoreError(f"store {store!r}: {current!r} is not a folder") from None
 
 
-def write_parquet(store: str, table, path: str) -> None:
-    """Write ``table`` to ``path`` inside ``store`` atomically (temp file, then rename)."""
+@contextmanager
+def parquet_part(store: str, table: str, path: str) -> Iterator[Any]:
+    """A ``pyarrow.parquet.ParquetWriter`` (``table``'s schema, zstd) onto ``path`` inside
+    ``store``: written under a temp name in the same folder and renamed onto ``path`` when
+    the block ends without error (removed when it raises). Write it batch by batch
+    (``write_table``/``write_batch``) to keep memory flat."""
     _, pq = require_pyarrow()
     folder = os.path.dirname(path)
     _make_dirs(store, folder)
@@ -72,7 +78,8 @@ def write_parquet(store: str, table, path: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+            with pq.ParquetWriter(f, arrow_schema(table), compression="zstd") as writer:
+                yield writer
         os.replace(tmp, path)
     except BaseException:
         if os.path.lexists(tmp):
@@ -112,6 +119,19 @@ class StoreWriter:
         done = window_numbers(self.path, rank) + [w for w, _ in self._pending.get(rank, [])]
         return max(done) + 1 if done else 0
 
+    def part_writer(self, table: str, rank: int, window: Optional[int] = None):
+        """A context manager giving a ParquetWriter for one partition of ``table``, to write
+        a big window batch by batch (see :func:`parquet_part`); ``window`` is None for a
+        per-rank table (collectives). The file appears, whole, when the block ends."""
+        return parquet_part(self.path, table, part_path(self.path, table, rank, window))
+
+    def write_part(self, table: str, data, rank: int, window: Optional[int] = None) -> None:
+        """Write the pyarrow table ``data`` as one partition of ``table`` (its schema:
+        ``opscope.store.schema.arrow_schema(table)``; build it with
+        ``opscope.store.tables.arrow_table``)."""
+        with self.part_writer(table, rank, window) as writer:
+            writer.write_table(data)
+
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
                      window: Optional[int] = None, window_name: Optional[str] = None,
                      facts: Optional[RankFacts] = None,
@@ -138,7 +158,7 @@ class StoreWriter:
                                window_name=window_name, clock_offset_ns=clock_offset_ns,
                                rank_facts=facts)
         for name in WINDOW_TABLES:  # sessions last: a window is listed once it is whole
-            write_parquet(self.path, tables[name], part_path(self.path, name, rank, window))
+            self.write_part(name, tables[name], rank, window)
         pending = [(w, c) for w, c in self._pending.get(rank, []) if w != window]
         self._pending[rank] = pending + [(window, list(facts.calls))]
         return window
@@ -183,8 +203,7 @@ class StoreWriter:
             for name, value in zip(cols, (window, pg, seq, c.kind, c.nbytes, c.arrival_ns,
                                           c.end_ns, c.duration_ns, c.call_site, c.pg, c.seq)):
                 cols[name].append(value)
-        write_parquet(self.path, arrow_table("collectives", cols),
-                      part_path(self.path, "collectives", rank))
+        self.write_part("collectives", arrow_table("collectives", cols), rank)
 
     def _flush_pending(self, rank: int) -> None:
         """Merge the pending windows' calls with the rank's stored ones and rewrite them."""
