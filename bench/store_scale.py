@@ -37,7 +37,7 @@ import numpy as np
 import common
 
 STRAGGLER = 37  # mod the number of ranks
-LATE_US = 2000  # the straggler's lateness at each collective
+LATE_US = 10_000  # the straggler's lateness at each collective (over 5% of a step)
 COLLECTIVES_PER_STEP = 4
 TRANSFER_US = 300
 EVENTS_PER_STEP = 10_000
