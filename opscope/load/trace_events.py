@@ -35,7 +35,9 @@ Their records carry ``FLAG_PYTHON_FUNCTION``, and the rule goes in
 does for a live profile; they, the settings, marks and modules are read by
 ``trace_settings``. Records come out sorted by ``(start, -end)``.
 Device-side events (GPU kernels, memcpy) are not read. The scan over the
-events is in ``trace_scan``.
+events is in ``trace_scan``; ``trace_columns`` gathers them into columns a batch
+at a time (``trace_stream`` reads a file that way), and ``columns_session``
+here turns the columns into the session.
 
 Example::
 
