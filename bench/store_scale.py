@@ -359,7 +359,7 @@ def result_of(gen: dict, got: dict) -> dict:
         rows.append([label, r.get("how", "opscope convert DIR -o STORE --jobs %d" % got["jobs"]),
                      world, per, r["seconds"], r["cpu_seconds"], round(r["peak_rss"] / mib),
                      round(r["peak_pss"] / mib), r["load_average"]])
-        full = world >= 64 and per >= 1_000_000
+        full = world >= 64 and per >= 900_000  # the generator rounds to whole steps
         targets.append(common.target(f"{label} time (64 x 1M)", r["seconds"] if full else None,
                                      limit_s, " s"))
         targets.append(common.target(f"{label} peak memory (64 x 1M), GiB",
