@@ -7,8 +7,10 @@ thread names, its own stacks and FLOPs). ``opscope.analysis.build`` turns it
 into a session exactly as it does a live recording: ``load_session(path)``.
 
 - ``trace_file``: find, size-check and parse the file (plain or gzip);
-- ``trace_scan``: one pass over the events, sorted by kind;
-- ``trace_events``: op and range events as records;
+- ``trace_stream``: read the file in bounded memory, ``traceEvents`` in batches;
+- ``trace_scan``: one pass over a batch of events, sorted by kind;
+- ``trace_columns``: the batches' op events gathered into columns;
+- ``trace_events``: the columns as records;
 - ``trace_inputs``: recorded input shapes, types and values, re-encoded;
 - ``trace_settings``: options, metadata, memory records, marks and modules;
 - ``read``: ``read_trace(path) -> RawSession``.

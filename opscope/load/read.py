@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 from opscope.arguments import check_choice
-from opscope.load.trace_events import PYTHON_FUNCTION_RULES, trace_session
-from opscope.load.trace_file import TraceLoadError, read_trace_document, resolve_trace_path
+from opscope.load.trace_events import PYTHON_FUNCTION_RULES
+from opscope.load.trace_file import TraceLoadError, resolve_trace_path
+from opscope.load.trace_stream import stream_trace
 from opscope.model.records import RawSession
 
 
@@ -30,17 +31,14 @@ def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = Non
     ``python_functions`` overrides the rule for ``python_function`` events
     (one of "absent", "counted", "hidden"); None applies the rule of the torch
     that wrote the trace. Raises :class:`TraceLoadError` naming the file for
-    anything wrong with it (see ``trace_file``).
+    anything wrong with it (see ``trace_file``). The file is read in bounded
+    memory (``trace_stream``): the events' columns plus one batch of JSON.
     """
     check_choice("load_session", "python_functions", python_functions,
                  (None,) + PYTHON_FUNCTION_RULES)
     file = resolve_trace_path(path)
-    with collection_paused():
-        doc = read_trace_document(file, max_bytes)
-        with malformed_is_load_error(file):
-            raw = trace_session(doc, file, python_functions)
-        del doc  # the events are in columns now; free the parsed JSON early
-    return raw
+    with collection_paused(), malformed_is_load_error(file):
+        return stream_trace(file, max_bytes, python_functions)
 
 
 @contextmanager

@@ -35,7 +35,9 @@ Their records carry ``FLAG_PYTHON_FUNCTION``, and the rule goes in
 does for a live profile; they, the settings, marks and modules are read by
 ``trace_settings``. Records come out sorted by ``(start, -end)``.
 Device-side events (GPU kernels, memcpy) are not read. The scan over the
-events is in ``trace_scan``.
+events is in ``trace_scan``; ``trace_columns`` gathers them into columns a batch
+at a time (``trace_stream`` reads a file that way), and ``columns_session``
+here turns the columns into the session.
 
 Example::
 
@@ -52,23 +54,20 @@ Example::
 from __future__ import annotations
 
 import math
-from itertools import repeat
-from operator import itemgetter, methodcaller
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.events import sort_order
 from opscope.load.trace_inputs import encode_trace_inputs
-from opscope.load.trace_scan import (OP_CATEGORIES, OpColumns, ScannedEvents, float_column,
-                                     hashable, int_column, intern_values, op_columns, to_ns)
+from opscope.load.trace_columns import (NO_TEXT, EventPositions, Interned, TraceColumns,
+                                        first_seen)
+from opscope.load.trace_scan import OP_CATEGORIES, hashable, to_ns
 from opscope.load.trace_settings import (memory_records, trace_marks, trace_modules,
                                          trace_settings)
 from opscope.model.records import (FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, RawSession)
 
-_INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
-_INPUT_FIELDS = itemgetter(*_INPUT_KEYS)
 MAX_EPOCH_NS = 4 * 10 ** 18  # baseTimeNanoseconds past this (year 2096) is not a clock
 
 # What a trace's python_function events are to the torch that wrote it (see the module doc).
@@ -116,103 +115,129 @@ def trace_session(doc: Dict[str, Any], path: str,
     ``path`` names the file in error messages and becomes ``source_path``.
     ``python_functions`` is one of ``PYTHON_FUNCTION_RULES``, or None for the
     rule of the torch that wrote the trace (``python_function_rule``).
+    The events are one batch of ``TraceColumns``, as ``trace_stream`` reads
+    a file's in many.
     """
-    trace_events = doc["traceEvents"]
-    found = ScannedEvents(trace_events)
+    cols = TraceColumns(path)
+    cols.add(doc["traceEvents"], 0)
+    return columns_session(cols, doc, python_functions)
+
+
+def columns_session(cols: TraceColumns, doc: Dict[str, Any],
+                    python_functions: Optional[str] = None) -> RawSession:
+    """The RawSession of a trace's gathered columns and its other top-level keys ``doc``."""
+    path = cols.path
+    python = cols.column("python").astype(bool)
     if python_functions is None:
-        python_functions = python_function_rule(doc, found.python_functions()) \
-            if found.is_python.any() else "counted"
-    if python_functions == "absent":
-        found.drop_python_functions()
-    ops = found.ops
-    cols = op_columns(ops)
-    ts = float_column(cols.ts, "ts", path, ops, trace_events)
-    dur = float_column(cols.dur, "dur", path, ops, trace_events)
-    all_ts = [ts] + [np.array([e.get("ts")], dtype=np.float64)
-                     for e in ([found.span] if found.span else [])]
+        python_functions = python_function_rule(doc, cols.python_events) \
+            if python.any() else "counted"
+    keep = ~python if python_functions == "absent" and python.any() else None
+    _raise_first_bad_time(cols, keep)
+    ops = _KeptOps(cols, keep)
+    ts, dur = ops.column("ts"), ops.column("dur")
+    all_ts = [ts] + [np.array([cols.span.get("ts")], dtype=np.float64)
+                     for _ in ([cols.span] if cols.span else [])]
     origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
     start = to_ns(ts, origin_us)
     end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
-    tids, thread_index = intern_values(cols.tids)
-    memory = memory_records(found.memory, origin_us, path, tids, trace_events)  # may add threads
-    names, records, user_rows = _records(found, cols, start, end, thread_index, tids)
-    records["flags"][found.is_python] = FLAG_PYTHON_FUNCTION
-    inputs = _encode_inputs(cols.args, thread_index, len(tids), records)
-    stack_ids, stack_table = _stacks(cols.args)
-    flops = _flops(cols.args)
+    tids, thread_index = ops.interned("tid", cols.tids)
+    memory = memory_records(cols.memory, origin_us, path, tids,  # may add threads
+                            EventPositions(cols.memory, cols.positions[0]))
+    names, records, user_rows = _records(cols, ops, start, end, thread_index, tids)
+    records["flags"][ops.column("python").astype(bool)] = FLAG_PYTHON_FUNCTION
+    inputs = _encode_inputs(ops, cols, thread_index, len(tids), records)
+    stack_ids, stack_table = _stacks(ops, cols)
+    flops = ops.column("flops") if "flops" in cols.batches and \
+        ops.column("has_flops").any() else None
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
         stack_ids = None if stack_ids is None else stack_ids[order]
         flops = None if flops is None else flops[order]
     options, metadata = trace_settings(doc)
-    start_ns, stop_ns = _window(found.span, start, end, origin_us)
+    start_ns, stop_ns = _window(cols.span, start, end, origin_us)
     return RawSession(
         records=records, inputs=inputs, names=names, start_ns=start_ns, stop_ns=stop_ns,
         thread_ids=[t if type(t) is int and -2 ** 63 <= t < 2 ** 63 else k
                     for k, t in enumerate(tids)],
         epoch_offset_ns=_epoch_offset(doc), collector="trace",
-        process_id=_process_id(ops), memory=memory, metadata=metadata,
+        process_id=_process_id(cols.pids.get(keep is None)), memory=memory, metadata=metadata,
         stack_ids=stack_ids, stack_table=stack_table, flops=flops,
-        marks=trace_marks(found.instants, origin_us, path, trace_events),
-        modules=trace_modules(ops, cols.args, user_rows, options["with_modules"]),
-        thread_names={t: n for t, n in found.thread_names.items() if isinstance(t, int)},
+        marks=trace_marks(cols.instants, origin_us, path,
+                          EventPositions(cols.instants, cols.positions[1])),
+        modules=trace_modules([{"name": name} for _, name, _ in cols.modules],
+                              [a for _, _, a in cols.modules],
+                              np.arange(len(cols.modules)), options["with_modules"]),
+        thread_names={t: n for t, n in cols.thread_names.items() if isinstance(t, int)},
         options=options, link_backward_stacks=False, source_path=path,
         python_functions=python_functions)
 
 
-def _records(found: ScannedEvents, cols: OpColumns, start: np.ndarray, end: np.ndarray,
+def _raise_first_bad_time(cols: TraceColumns, keep: Optional[np.ndarray]) -> None:
+    """Raise the error of the first kept op with a bad ``ts``, else a bad ``dur``."""
+    for what in ("ts", "dur"):
+        found = [cols.bad[(what, python)] for python in (False, True)
+                 if (what, python) in cols.bad and (keep is None or not python)]
+        if found:
+            raise min(found, key=lambda f: f[0])[1]
+
+
+class _KeptOps:
+    """The columns of the ops that become records (all, or all but Python functions)."""
+
+    def __init__(self, cols: TraceColumns, keep: Optional[np.ndarray]) -> None:
+        self.cols, self.keep = cols, keep
+
+    def column(self, name: str) -> np.ndarray:
+        values = self.cols.column(name)
+        return values if self.keep is None else values[self.keep]
+
+    def interned(self, name: str, table: Interned) -> Tuple[List[Any], np.ndarray]:
+        """(distinct values in first-seen order, the id of each kept op's value)."""
+        codes = self.column(name)
+        if self.keep is None:  # provisional ids are already in first-seen order
+            return list(table.values), codes.astype(np.int32)
+        values, out = first_seen(codes, table.values)
+        return values, out.astype(np.int32)
+
+
+def _records(cols: TraceColumns, ops: _KeptOps, start: np.ndarray, end: np.ndarray,
              thread_index: np.ndarray, tids: List[Any]):
     """Names, records (trace order; inputs not yet encoded) and the user-range rows."""
-    ops, args = found.ops, cols.args
-    names, name_id = intern_values(cols.names)
-    seq = int_column(list(map(methodcaller("get", "Sequence number", -1), args)), -1)
-    fwd = int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0)
-    cat_names, cat_id = intern_values(cols.cats)
+    names, name_id = ops.interned("name", cols.names)
+    seq, fwd = ops.column("seq"), ops.column("fwd")
+    cat_names, cat_id = ops.interned("cat", cols.cats)
     cat_scope = np.array([OP_CATEGORIES.get(c, OP_CATEGORIES.get(str(c).lower(), 0))
                           for c in cat_names], dtype=np.uint8)
-    scope = cat_scope[cat_id] if len(ops) else np.zeros(0, dtype=np.uint8)
+    scope = cat_scope[cat_id] if len(start) else np.zeros(0, dtype=np.uint8)
     scope[(fwd != 0) & (scope == SCOPE_FUNCTION)] = SCOPE_BACKWARD_FUNCTION
     user_rows = np.flatnonzero(cat_id == cat_names.index("user_annotation")) \
         if "user_annotation" in cat_names else np.zeros(0, dtype=np.int64)
-    records = np.zeros(len(ops), dtype=RECORD_DTYPE)
+    records = np.zeros(len(start), dtype=RECORD_DTYPE)
     records["start_ns"] = start
     records["end_ns"] = end
     records["seq_nr"] = seq
     records["name_id"] = name_id
     records["thread_index"] = thread_index
     records["fwd_thread_id"] = np.clip(fwd, 0, 2 ** 32 - 1)
-    records["rf_thread_id"] = _rf_thread_ids(found, ops, fwd, tids)[thread_index] \
-        if len(ops) else 0
+    records["rf_thread_id"] = _rf_thread_ids(cols, ops.column("ts"), thread_index, fwd,
+                                             tids)[thread_index] if len(start) else 0
     records["scope"] = scope
     return [n if isinstance(n, str) else str(n) for n in names], records, user_rows
 
 
-def _stacks(args: List[dict]) -> Tuple[Optional[np.ndarray], Optional[List[List[str]]]]:
+def _stacks(ops: _KeptOps, cols: TraceColumns
+            ) -> Tuple[Optional[np.ndarray], Optional[List[List[str]]]]:
     """Per record a stack id (NO_STACK: none) and the frames of each id, from ``Call stack``.
 
     (None, None) when no event has one. Equal texts share an id.
     """
-    texts = list(map(methodcaller("get", "Call stack"), args))
-    if texts.count(None) == len(texts):
+    codes = ops.column("stack")
+    if not cols.has_stacks or not (codes != NO_TEXT).any():
         return None, None
-    ids: Dict[str, int] = {}
-    table: List[List[str]] = []
-    out = np.full(len(texts), NO_STACK, dtype=np.int64)
-    for i, text in enumerate(texts):
-        if isinstance(text, str):
-            k = ids.get(text)
-            if k is None:
-                k = ids[text] = len(table)
-                table.append(split_call_stack(text))
-            out[i] = k
-    return out, table
-
-
-def _flops(args: List[dict]) -> Optional[np.ndarray]:
-    """Per record, the ``flops`` arg (0 where none); None when no event has one."""
-    values = list(map(methodcaller("get", "flops", 0), args))
-    return None if values.count(0) == len(values) else int_column(values, 0)
+    texts, out = first_seen(codes, cols.stacks.values)
+    out[out < 0] = NO_STACK
+    return out.astype(np.int64), [split_call_stack(t) for t in texts]
 
 
 def _epoch_offset(doc: Dict[str, Any]) -> int:
@@ -221,8 +246,7 @@ def _epoch_offset(doc: Dict[str, Any]) -> int:
     return base_ns if type(base_ns) is int and 0 <= base_ns <= MAX_EPOCH_NS else 0
 
 
-def _process_id(ops: List[dict]) -> int:
-    pid = ops[0].get("pid") if ops else None
+def _process_id(pid: Any) -> int:
     return pid if type(pid) is int and -2 ** 63 <= pid < 2 ** 63 else 0
 
 
@@ -241,8 +265,8 @@ def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us:
     return 0, 0
 
 
-def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
-                   tids: List[Any]) -> np.ndarray:
+def _rf_thread_ids(cols: TraceColumns, ts: np.ndarray, thread_index: np.ndarray,
+                   fwd: np.ndarray, tids: List[Any]) -> np.ndarray:
     """RecordFunction thread id per thread index (as ``Fwd thread id`` refers to it).
 
     A ``fwdbwd`` flow links a forward op (its start) to a backward node (its
@@ -251,11 +275,12 @@ def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
     """
     out = np.zeros(len(tids), dtype=np.int64)
     index = {t: i for i, t in enumerate(tids)}
-    if found.flows_start and found.flows_end:
-        backward = {(hashable(ops[i].get("tid")), ops[i].get("ts")): int(fwd[i])
-                    for i in np.flatnonzero(fwd != 0).tolist()}
-        for flow_id, s in found.flows_start.items():
-            f = found.flows_end.get(flow_id)
+    if cols.flows_start and cols.flows_end:
+        rows = np.flatnonzero(fwd != 0)
+        backward = dict(zip(zip([tids[k] for k in thread_index[rows].tolist()],
+                                ts[rows].tolist()), fwd[rows].tolist()))
+        for flow_id, s in cols.flows_start.items():
+            f = cols.flows_end.get(flow_id)
             if f is None:
                 continue
             thread = index.get(hashable(s.get("tid")))
@@ -273,52 +298,28 @@ def _rf_thread_ids(found: ScannedEvents, ops: List[dict], fwd: np.ndarray,
     return out
 
 
-try:  # optional: faster keys than repr() on traces with many recorded inputs
-    from orjson import dumps as _fast_dumps
-except ImportError:  # pragma: no cover - depends on the environment
-    _fast_dumps = None
-
-
-def _signature_key(values: tuple) -> object:
-    """A hashable key equal for equal input lists."""
-    if _fast_dumps is not None:
-        try:
-            return _fast_dumps(values)
-        except (TypeError, ValueError):  # integers beyond 64 bits
-            pass
-    return repr(values)
-
-
-def _encode_inputs(args: List[dict], thread_index: np.ndarray, n_threads: int,
-                   records: np.ndarray) -> List[np.ndarray]:
+def _encode_inputs(ops: _KeptOps, cols: TraceColumns, thread_index: np.ndarray,
+                   n_threads: int, records: np.ndarray) -> List[np.ndarray]:
     """Per-thread int64 input blobs; sets ``records["input_offset"]``.
 
     Identical inputs on a thread share one encoding (and offset).
     """
     records["input_offset"] = NO_INPUTS
     blobs: List[List[int]] = [[] for _ in range(n_threads)]
-    offsets: List[Dict[str, int]] = [{} for _ in range(n_threads)]
-    encoded: Dict[str, List[int]] = {}
-    has = np.fromiter(map(dict.__contains__, args, repeat("Input Dims")), bool, len(args))
-    has |= np.fromiter(map(dict.__contains__, args, repeat("Input type")), bool, len(args))
-    rows = np.flatnonzero(has).tolist()
-    threads = thread_index[rows].tolist()
+    offsets: List[Dict[int, int]] = [{} for _ in range(n_threads)]
+    encoded: Dict[int, List[int]] = {}
+    sig = ops.column("sig")
+    rows = np.flatnonzero(sig >= 0)
     found: List[int] = []
-    for i, t in zip(rows, threads):
-        a = args[i]
-        try:
-            values = _INPUT_FIELDS(a)
-        except KeyError:
-            values = tuple(a.get(k) for k in _INPUT_KEYS)
-        key = _signature_key(values)
+    for key, t in zip(sig[rows].tolist(), thread_index[rows].tolist()):
         off = offsets[t].get(key)
         if off is None:
             enc = encoded.get(key)
             if enc is None:
-                enc = encoded[key] = encode_trace_inputs(*values)
+                enc = encoded[key] = encode_trace_inputs(*cols.signature_values[key])
             off = offsets[t][key] = len(blobs[t])
             blobs[t].extend(enc)
         found.append(off)
-    if rows:
+    if len(rows):
         records["input_offset"][rows] = found
     return [np.array(b, dtype=np.int64) for b in blobs]

@@ -91,32 +91,46 @@ def float_column(values: Sequence[Any], what: str, path: str, events: Sequence[d
         except OverflowError:  # an integer past a float's range
             pass
     if out is None or (len(out) and not (np.abs(out) <= MAX_MICROSECONDS).all()):
-        bad = next(i for i, v in enumerate(values)
-                   if not isinstance(v, (int, float)) or isinstance(v, bool)
-                   or not abs(v) <= MAX_MICROSECONDS)
-        value = values[bad]
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        problem = "out of range" if isinstance(value, (int, float)) and \
-            not isinstance(value, bool) else type_name(value)
-        name = events[bad].get("name")
-        of = f" (event {name[:60]!r})" if isinstance(name, str) else ""
-        raise TraceLoadError(path, f"{event_position(events[bad], trace_events)}.{what}{of}: "
-                                   f"expected a number of microseconds, got {problem} {shown}")
+        bad = next(i for i, v in enumerate(values) if not is_microseconds(v))
+        raise bad_number(path, event_position(events[bad], trace_events), what, values[bad],
+                         events[bad])
     return out
 
 
-def int_column(values: Sequence[Any], default: int) -> np.ndarray:
-    """``values`` as int64, ``default`` where one is not an integer.
+def is_microseconds(value: Any) -> bool:
+    """Whether ``value`` is a usable time: a JSON number within +-``MAX_MICROSECONDS``.
 
-    >>> int_column([3, None, True, 2 ** 70], -1).tolist()
-    [3, -1, -1, -1]
+    >>> is_microseconds(1.5), is_microseconds(True), is_microseconds(1e300)
+    (True, False, False)
     """
-    try:
-        out = np.array(values, dtype=np.int64)
-        if out.ndim == 1:
-            return out
-    except (TypeError, ValueError, OverflowError):
-        pass
+    return type(value) in (int, float) and abs(value) <= MAX_MICROSECONDS
+
+
+def bad_number(path: str, position: str, what: str, value: Any, event: Any) -> TraceLoadError:
+    """The error for ``event``'s field ``what`` that is not a usable time (see float_column)."""
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    problem = "out of range" if isinstance(value, (int, float)) and \
+        not isinstance(value, bool) else type_name(value)
+    name = event.get("name") if isinstance(event, dict) else None
+    of = f" (event {name[:60]!r})" if isinstance(name, str) else ""
+    return TraceLoadError(path, f"{position}.{what}{of}: expected a number of microseconds, "
+                                f"got {problem} {shown}")
+
+
+def int_column(values: Sequence[Any], default: int) -> np.ndarray:
+    """``values`` as int64, ``default`` where one is not a 64-bit integer.
+
+    Each value is judged alone (a float, a boolean or a numeric string is not
+    an integer), so a column read in batches is the column read whole.
+
+    >>> int_column([3, None, True, 2 ** 70, 2.0], -1).tolist()
+    [3, -1, -1, -1, -1]
+    """
+    if not set(map(type, values)) - {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
     return np.array([v if type(v) is int and -2 ** 63 <= v < 2 ** 63 else default
                      for v in values], dtype=np.int64)
 
@@ -212,11 +226,19 @@ class ScannedEvents:
         self.flows_end: Dict[Any, dict] = {}
         self.span: Optional[dict] = None  # the window event, when its ts/dur are valid
         self.thread_names: Dict[Any, str] = {}
+        self.span_seen = False  # a window event was seen (valid or not)
+        # the rows below count the objects among the events; index_of[row] is the
+        # event's place in the list given (None: every event is an object)
+        self.index_of: Optional[np.ndarray] = None
+        self.memory_rows: List[int] = []  # where the memory and instant events are
+        self.instant_rows: List[int] = []
         try:
             phs = list(map(_GET_PH, events))
             cats = list(map(_GET_CAT, events))
         except AttributeError:  # an event that is not an object: skip those
-            events = [e for e in events if type(e) is dict]
+            self.index_of = np.array([i for i, e in enumerate(events) if type(e) is dict],
+                                     dtype=np.int64)
+            events = [events[i] for i in self.index_of.tolist()]
             phs = list(map(_GET_PH, events))
             cats = list(map(_GET_CAT, events))
         ph_names, ph_id = intern_values(phs)
@@ -225,14 +247,16 @@ class ScannedEvents:
         is_x = ph_id == (ph_names.index("X") if "X" in ph_names else -1)
         kind = np.where(is_x, kind, 0)
         rows = np.flatnonzero((kind == _OP) | (kind == _PYTHON))
+        self.op_rows = rows  # where each op is in ``events``
         self.ops: List[dict] = [events[i] for i in rows.tolist()]
         self.is_python = kind[rows] == _PYTHON
         spans = np.flatnonzero(kind == _SPAN)
+        self.span_seen = bool(len(spans))
         if len(spans) and _valid_span(events[int(spans[0])]):
             self.span = events[int(spans[0])]
         other = [ph_names.index(p) for p in ("i", "I", "s", "f", "M") if p in ph_names]
         for i in np.flatnonzero(np.isin(ph_id, other)).tolist():
-            self._other(events[i])
+            self._other(events[i], i)
 
     def python_functions(self) -> List[dict]:
         """The ``python_function`` events among ``ops``."""
@@ -244,13 +268,15 @@ class ScannedEvents:
         self.ops = [self.ops[i] for i in keep]
         self.is_python = np.zeros(len(self.ops), dtype=bool)
 
-    def _other(self, e: dict) -> None:
+    def _other(self, e: dict, row: int) -> None:
         ph = e.get("ph")
         if ph in ("i", "I"):
             if e.get("name") == MEMORY_EVENT:
                 self.memory.append(e)
+                self.memory_rows.append(row)
             elif e.get("cat") == "cpu_instant_event":
                 self.instants.append(e)
+                self.instant_rows.append(row)
         elif ph in ("s", "f"):
             if e.get("cat") == "fwdbwd" and isinstance(e.get("id"), (int, str)):
                 (self.flows_start if ph == "s" else self.flows_end)[e.get("id")] = e

@@ -1,0 +1,357 @@
+"""Read a trace file in bounded memory: its text in chunks, ``traceEvents`` in batches.
+
+``stream_trace(path)`` gives the same ``RawSession`` as parsing the whole
+document would, without ever holding the document: the file (plain or gzip,
+under the limits of ``trace_file``) is decoded a chunk at a time; the
+top-level keys other than ``traceEvents`` are small and parsed whole; the
+event list is parsed a batch at a time and each batch goes into
+``trace_columns.TraceColumns``, which keeps a hundred-odd bytes of columns
+an op. So the peak is the columns plus one batch of JSON objects.
+
+A batch is parsed by one ``loads`` of the events up to the last ``}`` that
+closes an event in the text at hand (orjson's when installed: what it accepts,
+json reads the same; what it refuses goes to json), the fast case; when that cut
+proves wrong (a ``},`` inside a string, an odd layout) the events are parsed
+one at a time with ``raw_decode``. Either way the result is exact: a cut is
+used only when the text up to it parses as a list of whole events.
+
+Example::
+
+    >>> import json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(path, "w").write(json.dumps({"traceEvents": [
+    ...     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2,
+    ...      "ts": 1, "dur": 5}], "record_shapes": 1}))
+    >>> raw = stream_trace(path)
+    >>> raw.names, raw.options["record_shapes"]
+    (['aten::mm'], True)
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+import zlib
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from opscope.load.trace_columns import TraceColumns
+from opscope.load.trace_events import columns_session
+from opscope.load.trace_file import (_GZIP_MAGIC, _KEEP_AT_ONCE, _MAX_RATIO, _SNIFF_SPACE,
+                                     TraceLoadError, _check_start, _limit_is_explicit,
+                                     _open_regular, _too_large, default_max_bytes, format_size)
+from opscope.model.records import RawSession
+
+CHUNK_BYTES = 4 * 2 ** 20  # bytes read (or inflated) per step: about a batch of events
+_SPACE = re.compile(r"[ \t\n\r]*")
+_EVENT_END = re.compile(r"[ \t\n\r]*,")  # what follows the last } of a batch's last event
+_DECODER = json.JSONDecoder()
+
+try:  # optional: parses a batch faster; where it refuses, json decides
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_loads = json.loads
+
+
+def stream_trace(path: str, max_bytes: Optional[int] = None,
+                 python_functions: Optional[str] = None) -> RawSession:
+    """The RawSession of the trace file ``path``, read in bounded memory.
+
+    ``max_bytes`` and the errors are those of ``trace_file``; the result is
+    ``trace_events.trace_session`` of the parsed document.
+    """
+    cols = TraceColumns(path)
+    doc = parse_trace(path, cols.add, cols.reset, max_bytes)
+    return columns_session(cols, doc, python_functions)
+
+
+def parse_trace(path: str, events: Callable[[List[Any], int], None],
+                restart: Callable[[], None], max_bytes: Optional[int] = None
+                ) -> Dict[str, Any]:
+    """Parse the trace file ``path``: its top-level keys, without ``traceEvents``.
+
+    ``events(batch, first)`` receives the event list in batches (``first``:
+    the place of the batch's first event); ``restart()`` is called when a
+    second ``traceEvents`` key starts (the last one counts, as in JSON).
+    """
+    text = _TextReader(path, _chunks(path, max_bytes))
+    try:
+        return _Document(text, events, restart).parse()
+    except RecursionError:
+        raise TraceLoadError(path, "not a trace: JSON nested too deeply") from None
+    except MemoryError:
+        raise TraceLoadError(path, "not enough memory to parse it") from None
+
+
+def _chunks(path: str, max_bytes: Optional[int]) -> Iterator[bytes]:
+    """The file's bytes (inflated when gzip) in chunks, within the limits of trace_file."""
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    f, size = _open_regular(path)
+    with f:
+        if size > limit:
+            raise _too_large(path, f"its size, {format_size(size)},", limit)
+        try:
+            head = f.read(_SNIFF_SPACE)
+            if head[:2] == _GZIP_MAGIC:
+                f.seek(0)
+                yield from _inflated(path, f, size, limit, _limit_is_explicit(max_bytes))
+                return
+            _check_start(path, head)
+            total = len(head)
+            yield head
+            while True:
+                data = f.read(CHUNK_BYTES)
+                if not data:
+                    return
+                total += len(data)
+                if total > limit:
+                    raise _too_large(path, f"it grew while read to more than "
+                                           f"{format_size(limit)}, which", limit)
+                yield data
+        except OSError as exc:
+            raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _inflated(path: str, f, size: int, limit: int, explicit: bool) -> Iterator[bytes]:
+    """Stream-inflate the (possibly multi-member) gzip ``f``, refusing bombs as trace_file does."""
+    total, head = 0, b""
+    inflater, pending, started = zlib.decompressobj(16 + zlib.MAX_WBITS), b"", False
+    try:
+        while True:
+            if not pending:
+                pending = f.read(CHUNK_BYTES // 4)
+                if not pending:
+                    break
+            if not started:  # between members: zero padding is allowed
+                pending = pending.lstrip(b"\0")
+                if not pending:
+                    continue
+            started = True
+            out = inflater.decompress(pending, CHUNK_BYTES)
+            pending = inflater.unconsumed_tail
+            if inflater.eof:
+                pending = inflater.unused_data + pending
+                inflater, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+            total += len(out)
+            if len(head) < _SNIFF_SPACE:
+                head += out[:_SNIFF_SPACE]
+                _check_start(path, head)
+            if total > limit:
+                raise _too_large(path, f"inflated, it is more than {format_size(limit)}, "
+                                       f"which", limit)
+            if total > _KEEP_AT_ONCE and total > _MAX_RATIO * size and not explicit:
+                raise _too_large(path, f"inflated, it is more than {format_size(total)} from "
+                                       f"{format_size(size)} (over {_MAX_RATIO}x, as only a "
+                                       f"decompression bomb is), and only a limit that is "
+                                       f"set explicitly admits more than "
+                                       f"{format_size(_KEEP_AT_ONCE)} of that; the default",
+                                 limit)
+            if out:
+                yield out
+    except zlib.error as exc:
+        raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
+    if started:
+        raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
+                                   "compressed stream; was it still being written?)")
+
+
+class _TextReader:
+    """Decoded text of the byte chunks, kept from the parse position on.
+
+    ``buf[pos:]`` is what is not parsed yet; ``more()`` appends the next
+    chunk (False at the end). Lines and columns of errors count all text read.
+    """
+
+    def __init__(self, path: str, chunks: Iterator[bytes]) -> None:
+        self.path, self.chunks = path, chunks
+        self.buf, self.pos, self.eof = "", 0, False
+        self.lines, self.column_base = 0, 0  # of the text dropped before buf
+        self.decoder: Any = None
+
+    def more(self) -> bool:
+        """Read the next chunk into the buffer; False when the file has ended."""
+        if self.eof:
+            return False
+        data = next(self.chunks, None)
+        if self.decoder is None:
+            if data is None:
+                data = b""
+            encoding = json.detect_encoding(data[:4]) if data else "utf-8"
+            # torch 2.4 can write names with bytes that are not UTF-8: they become U+FFFD
+            errors = "replace" if encoding.startswith("utf-8") else "strict"
+            self.decoder = codecs.getincrementaldecoder(encoding)(errors)
+        try:
+            text = self.decoder.decode(data or b"", final=data is None)
+        except UnicodeDecodeError as exc:
+            raise TraceLoadError(self.path, f"not a trace: not valid JSON ({exc})") from None
+        self.eof = data is None
+        self._drop()
+        self.buf += text
+        return bool(text) or not self.eof
+
+    def _drop(self) -> None:
+        done = self.buf[:self.pos]
+        newlines = done.count("\n")
+        if newlines:
+            self.lines += newlines
+            self.column_base = len(done) - done.rfind("\n") - 1
+        else:
+            self.column_base += len(done)
+        self.buf, self.pos = self.buf[self.pos:], 0
+
+    def error(self, message: str, pos: int) -> TraceLoadError:
+        """The 'not valid JSON' error at ``pos`` of the buffer, with its line and column."""
+        before = self.buf[:pos]
+        newlines = before.count("\n")
+        line = self.lines + newlines + 1
+        column = (pos - before.rfind("\n") if newlines else self.column_base + pos + 1)
+        return TraceLoadError(self.path, f"not a trace: not valid JSON ({message} at line "
+                                         f"{line} column {column})")
+
+    def skip_space(self) -> str:
+        """Move past blank space; the next character ('' at the end)."""
+        while True:
+            self.pos = _SPACE.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def value(self) -> Any:
+        """Parse the JSON value at the position (reading more text while it is cut off)."""
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buf, self.pos)
+                if end < len(self.buf) or not self.more():  # a number may go on
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError as exc:
+                offset = exc.pos - self.pos  # reading more moves the buffer, not this
+                if not self.more():
+                    raise self.error(exc.msg, self.pos + offset) from None
+                while len(self.buf) - self.pos < 2 * offset and self.more():
+                    pass  # a long value: read well past it before parsing it again
+
+
+class _Document:
+    """The top-level parse: an object of keys, or the bare event list ("array format")."""
+
+    def __init__(self, text: _TextReader, events: Callable[[List[Any], int], None],
+                 restart: Callable[[], None]) -> None:
+        self.text, self.events, self.restart = text, events, restart
+        self.seen_events = False
+
+    def parse(self) -> Dict[str, Any]:
+        text = self.text
+        first = text.skip_space()
+        if not first:
+            raise TraceLoadError(text.path, "file is empty (expected Chrome trace JSON)")
+        doc: Dict[str, Any] = {}
+        if first == "[":
+            self._event_list()
+            doc["traceEvents"] = []
+        elif first == "{":
+            doc = self._object()
+        else:  # trace_file refuses this already; a chunk's start can be odd only in tests
+            raise text.error("Expecting value", text.pos)
+        if text.skip_space():
+            raise text.error("Extra data", text.pos)
+        if "traceEvents" not in doc:
+            raise TraceLoadError(text.path, "not a trace: the JSON object has no "
+                                            "'traceEvents' list")
+        if not isinstance(doc["traceEvents"], list):
+            raise TraceLoadError(text.path, f"not a trace: 'traceEvents' is a "
+                                            f"{type(doc['traceEvents']).__name__}, "
+                                            f"expected a list")
+        return doc
+
+    def _object(self) -> Dict[str, Any]:
+        text, doc = self.text, {}
+        text.pos += 1
+        if text.skip_space() == "}":
+            text.pos += 1
+            return doc
+        while True:
+            if text.skip_space() != '"':
+                raise text.error("Expecting property name enclosed in double quotes",
+                                 text.pos)
+            key = text.value()
+            if text.skip_space() != ":":
+                raise text.error("Expecting ':' delimiter", text.pos)
+            text.pos += 1
+            if key == "traceEvents" and text.skip_space() == "[":
+                self._event_list()
+                doc[key] = []  # the events went to the columns
+            else:
+                text.skip_space()
+                doc[key] = text.value()
+            after = text.skip_space()
+            text.pos += 1
+            if after == "}":
+                return doc
+            if after != ",":
+                raise text.error("Expecting ',' delimiter", text.pos - 1)
+
+    def _event_list(self) -> None:
+        """Parse the list at the position, handing its events over in batches."""
+        text = self.text
+        if self.seen_events:
+            self.restart()
+        self.seen_events = True
+        text.pos += 1
+        count = 0
+        if text.skip_space() == "]":
+            text.pos += 1
+            return
+        while True:
+            while len(text.buf) - text.pos < CHUNK_BYTES and text.more():
+                pass
+            batch = self._fast_batch()
+            ended = False
+            if batch is None:
+                batch, ended = self._slow_batch()
+            self.events(batch, count)
+            count += len(batch)
+            if ended:
+                return
+
+    def _fast_batch(self) -> Optional[List[Any]]:
+        """The events up to the last one whole in the buffer, by one ``json.loads``.
+
+        None when no cut is found or the text up to it is not a list of events.
+        """
+        text = self.text
+        buf, start = text.buf, text.pos
+        end = len(buf)
+        for _ in range(8):  # the last } followed by a comma closes an event, usually
+            cut = buf.rfind("}", start, end)
+            if cut < 0:
+                return None
+            after = _EVENT_END.match(buf, cut + 1)
+            if after is not None:
+                break
+            end = cut
+        else:
+            return None
+        text_batch = "[" + buf[start:cut + 1] + "]"
+        try:
+            batch = _fast_loads(text_batch)
+        except (ValueError, RecursionError):  # json's errors, orjson's, or a bad cut
+            try:  # json also takes NaN, integers past 64 bits and lone surrogates
+                batch = json.loads(text_batch)
+            except (json.JSONDecodeError, RecursionError):
+                return None
+        text.pos = after.end()
+        return batch
+
+    def _slow_batch(self, most: int = 1000) -> "tuple[List[Any], bool]":
+        """Up to ``most`` events parsed one at a time: (events, whether the list ended)."""
+        text, batch = self.text, []
+        while len(batch) < most:
+            text.skip_space()
+            batch.append(text.value())
+            after = text.skip_space()
+            text.pos += 1
+            if after == "]":
+                return batch, True
+            if after != ",":
+                raise text.error("Expecting ',' delimiter", text.pos - 1)
+        return batch, False
