@@ -107,7 +107,7 @@ class _Plan:
     def __init__(self, world: int, events: int) -> None:
         self.steps = max(1, events // EVENTS_PER_STEP)
         per_step = events // self.steps - 1 - 2 * COLLECTIVES_PER_STEP
-        self.layers = max(COLLECTIVES_PER_STEP, per_step // len(_LINEAR))
+        self.layers = max(COLLECTIVES_PER_STEP, -(-per_step // len(_LINEAR)))  # at least `events`
         self.gap_us = LATE_US + 100 + TRANSFER_US + 50  # a collective's window
         self.step_us = self.layers * LAYER_US + COLLECTIVES_PER_STEP * self.gap_us + 20
         rng = np.random.default_rng(0)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from opscope.cli import demo, diff, merge, query, ranks, report, run, table, trigger
+from opscope.cli import convert, demo, diff, merge, query, ranks, report, run, table, trigger
 from opscope.cli.errors import USAGE_EXIT, OneLineParser, UsageError, print_error
 
-VERBS = (run, demo, report, table, diff, trigger, ranks, merge, query)
+VERBS = (run, demo, report, table, diff, trigger, ranks, merge, convert, query)
 
 
 def build_parser() -> OneLineParser:
