@@ -19,9 +19,10 @@ Reading is bounded, because a trace may come from anyone:
   inflated in a streaming pass that keeps at most 256 MiB while it measures,
   so a gzip bomb is refused with flat memory. Under the default limit, a gzip
   that inflates past 256 MiB at more than 200 times its size (a bomb that
-  opens like a trace) is refused too; an explicit limit admits it. Parsing a
-  trace takes several times its text size in memory; lower the limit to bound
-  that.
+  opens like a trace) is refused too; an explicit limit admits it.
+  ``read_trace`` streams a file (``trace_stream``): its memory is the events'
+  columns, not the text; ``read_trace_document`` (the whole JSON document, for
+  ``merge``) takes several times the text size.
 
 Example::
 
