@@ -7,6 +7,7 @@ self CPU totals on the same store. Skipped without dask, pyarrow or duckdb.
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from opscope.analysis.aggregate import session_key_averages  # noqa: E402
 from opscope.store import load_store_session  # noqa: E402
 from opscope.store.write import StoreWriter  # noqa: E402
 
+from subprocesses import run_in_group  # noqa: E402
 from workloads import mlp_step_fn  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,9 +64,21 @@ def store(tmp_path_factory):
     return path, expected
 
 
+def dask_self_times(path: str) -> dict:
+    """``op_self_times`` in a child process, so Dask's threads (its offload pool outlives
+    the cluster) never run inside this test process while later tests profile it."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[2]); import store_dask; "
+            "print(json.dumps([[k, u, v] for (k, u), v in "
+            "store_dask.op_self_times(sys.argv[1], workers=2).items()]))")
+    done = run_in_group([sys.executable, "-c", code, path, str(REPO / "examples")],
+                        timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {(key, user): us for key, user, us in json.loads(done.stdout.splitlines()[-1])}
+
+
 def test_dask_self_times_equal_key_averages(store):
     path, expected = store
-    found = store_dask.op_self_times(path, workers=2)
+    found = dask_self_times(path)
     assert ("ProfilerStep*", True) in found and ("aten::addmm", False) in found
     assert set(found) == set(expected)
     # integer ns summed by Dask vs doubles summed by key_averages: equal to the ns
