@@ -1059,6 +1059,14 @@ void empty_observer_stop() {
 
 }  // namespace
 
+// Calls fn() once. bench/instructions.py counts instructions under callgrind
+// with --toggle-collect=opscope_measured_region: only what runs inside this
+// call is counted (an unmangled, never-inlined symbol for that purpose).
+extern "C" __attribute__((noinline, visibility("default"))) PyObject* opscope_measured_region(
+    PyObject* fn) {
+  return PyObject_CallNoArgs(fn);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pthread_atfork(nullptr, nullptr, &after_fork_in_child);
   m.def("start", &start, py::arg("record_shapes"), py::arg("profile_memory") = false,
@@ -1073,6 +1081,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("empty_observer_start", &empty_observer_start, py::arg("needs_inputs") = false,
         "Register a do-nothing global callback (benchmarks: RecordFunction's own cost)");
   m.def("empty_observer_stop", &empty_observer_stop);
+  m.def("measured_region", [](py::object fn) {
+    PyObject* out = opscope_measured_region(fn.ptr());
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+  }, "Call fn() inside the symbol that bench/instructions.py counts under callgrind");
   m.attr("RECORD_SIZE") = int(sizeof(Record));
   m.attr("MEMORY_RECORD_SIZE") = int(sizeof(MemRecord));
   m.def("frame_walk_supported", &frame_walk_supported,
