@@ -164,7 +164,8 @@ def total_instructions(dump: str) -> int:
     raise ValueError(f"{dump}: no summary line")
 
 
-_ANNOTATE_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([\d.]+%\)\s+)?(\S.*?)\s*$")
+_ANNOTATE_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*?)\s*$")
+_SOURCE_FILE = re.compile(r"^(\?\?\?|[^\s:]*[/.][^\s:]*):(?!:)")
 
 
 def self_by_function(dump: str) -> Dict[str, int]:
@@ -194,7 +195,7 @@ def by_function(dumps: Dict[tuple, str], ops: Dict[str, int], row: str, workload
 def _short(function: str) -> str:
     """A function as callgrind_annotate names it, without argument lists and paths."""
     name = re.sub(r"\s*\[[^\]]*\]$", "", function)  # the object file
-    name = name.split(":", 1)[1] if name.startswith(("???:", "/")) else name
+    name = _SOURCE_FILE.sub("", name)
     return name.replace("(anonymous namespace)::", "").replace("|", "\\|")[:90]
 
 

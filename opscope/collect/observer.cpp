@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <deque>
@@ -41,6 +43,9 @@ constexpr uint32_t kNoStack = 0xFFFFFFFFu;
 constexpr int kMaxStackDepth = 128;
 constexpr uint8_t kFlagUnfinished = 1;
 constexpr uint8_t kFlagAsync = 2;
+// Internal only (cleared in the records stop() returns): torch still holds
+// this record's context, which lives in the same chunk (see Slot).
+constexpr uint8_t kFlagContextHeld = 0x80;
 constexpr size_t kChunkRecords = 8192;
 
 struct Record {
@@ -172,12 +177,65 @@ struct NameTable {
 };
 NameTable g_names;
 
+// The context handed to torch for one record. It lives in the record's slot
+// (below), so on_end finds the record at a fixed offset, and nothing is
+// allocated or recycled per op: deleting it only marks the slot released.
+struct Ctx final : public at::ObserverContext {
+  static void operator delete(void* p);
+};
+static_assert(sizeof(Ctx) == sizeof(void*), "a context is its vtable pointer only");
+
+// A chunk is kChunkRecords slots of (context, record), 56 bytes each.
+constexpr size_t kSlotBytes = sizeof(Ctx) + sizeof(Record);
+constexpr size_t kChunkBytes = kChunkRecords * kSlotBytes;
+static_assert(sizeof(Ctx) % alignof(Record) == 0 && kSlotBytes % alignof(Record) == 0,
+              "records in slots stay aligned");
+
+inline Record* slot_record(char* slot) { return reinterpret_cast<Record*>(slot + sizeof(Ctx)); }
+inline Record* context_record(void* ctx) { return slot_record(static_cast<char*>(ctx)); }
+
+void Ctx::operator delete(void* p) {
+  // The last access to the slot: stop() may free the chunk once it reads this.
+  Record* r = context_record(p);
+  __atomic_store_n(&r->flags, uint8_t(r->flags & ~kFlagContextHeld), __ATOMIC_RELEASE);
+}
+
+// Encoded inputs (see encode_inputs): a plain growable array, grown with
+// realloc so that a large one is remapped rather than copied.
+struct InputWords {
+  int64_t* data = nullptr;
+  size_t size = 0;
+  size_t cap = 0;
+  InputWords() = default;
+  InputWords(const InputWords&) = delete;
+  InputWords& operator=(const InputWords&) = delete;
+  ~InputWords() { std::free(data); }
+  // Room for n more words; returns where they go.
+  int64_t* reserve(size_t n) {
+    if (__builtin_expect(cap - size < n, 0)) grow(n);
+    return data + size;
+  }
+  void grow(size_t n) {
+    size_t want = std::max(cap * 2, std::max<size_t>(size + n, 4096));
+    auto* p = static_cast<int64_t*>(std::realloc(data, want * sizeof(int64_t)));
+    if (p == nullptr) throw std::bad_alloc();
+    data = p;
+    cap = want;
+  }
+  void release() {
+    std::free(data);
+    data = nullptr;
+    size = cap = 0;
+  }
+};
+
 struct ThreadBuffer {
   int32_t index = 0;
   int64_t os_tid = 0;
-  size_t used = 0;  // records used in the last chunk
-  std::vector<std::unique_ptr<Record[]>> chunks;
-  std::vector<int64_t> shapes;  // encoded inputs, see encode_inputs
+  std::vector<std::unique_ptr<char[]>> chunks;  // kChunkBytes each
+  char* cursor = nullptr;  // the next free slot of the last chunk
+  char* limit = nullptr;   // the end of the last chunk
+  InputWords shapes;  // encoded inputs, see encode_inputs
   std::vector<MemRecord> memory;  // allocations and frees on this thread
   // with_stack: one stack id per record, in record order; stacks interned per
   // thread as runs of frames in stack_frames (innermost first).
@@ -190,15 +248,24 @@ struct ThreadBuffer {
   std::vector<ResolvedFrame> frame_text;  // frame id -> text
   std::atomic<bool> busy{false};  // an on_start is writing; stop waits on it
 
-  Record* next() {
-    if (chunks.empty() || used == kChunkRecords) {
-      chunks.emplace_back(new Record[kChunkRecords]);
-      used = 0;
-    }
-    return &chunks.back()[used++];
+  char* next_slot() {
+    if (__builtin_expect(cursor == limit, 0)) add_chunk();
+    char* slot = cursor;
+    cursor += kSlotBytes;
+    return slot;
+  }
+  __attribute__((noinline)) void add_chunk() {
+    chunks.emplace_back(new char[kChunkBytes]);
+    cursor = chunks.back().get();
+    limit = cursor + kChunkBytes;
+  }
+  // Records in chunk c (the last one may be partly used).
+  size_t used_in(size_t c) const {
+    if (c + 1 < chunks.size()) return kChunkRecords;
+    return size_t(cursor - (limit - kChunkBytes)) / kSlotBytes;
   }
   size_t count() const {
-    return chunks.empty() ? 0 : (chunks.size() - 1) * kChunkRecords + used;
+    return chunks.empty() ? 0 : (chunks.size() - 1) * kChunkRecords + used_in(chunks.size() - 1);
   }
 };
 
@@ -233,8 +300,63 @@ at::CallbackHandle g_handle = 0;
 
 struct NameCacheSlot {
   const char* ptr = nullptr;
-  const std::string* str = nullptr;
+  const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
+  uint64_t last_mask = 0;  // the bytes of the last word up to the NUL
+  uint32_t n_words = 0;
   int32_t id = -1;
+};
+
+// Names seen by content: open addressing over (hash, interned copy), no
+// std::string built per lookup.
+struct NameMap {
+  struct Entry {
+    uint64_t hash;
+    const char* str;  // interned copy; nullptr: empty
+    size_t len;
+    int32_t id;
+  };
+  std::vector<Entry> table = std::vector<Entry>(64, Entry{0, nullptr, 0, -1});
+  size_t used = 0;
+
+  static uint64_t hash_of(const char* s, size_t n) {
+    uint64_t h = 0x243f6a8885a308d3ULL ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+      h ^= h >> 29;
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, s + i, n - i);
+    h = (h ^ tail) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 32);
+  }
+  const Entry* find(const char* s, size_t n, uint64_t h) const {
+    size_t mask = table.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Entry& e = table[i];
+      if (e.str == nullptr) return nullptr;
+      if (e.hash == h && e.len == n && std::memcmp(e.str, s, n) == 0) return &e;
+    }
+  }
+  void insert(const char* str, size_t n, uint64_t h, int32_t id) {
+    if (2 * (used + 1) > table.size()) {
+      std::vector<Entry> old(table.size() * 2, Entry{0, nullptr, 0, -1});
+      old.swap(table);
+      for (const Entry& e : old) {
+        if (e.str != nullptr) place(e);
+      }
+    }
+    place(Entry{h, str, n, id});
+    ++used;
+  }
+  void place(const Entry& e) {
+    size_t mask = table.size() - 1;
+    size_t i = e.hash & mask;
+    while (table[i].str != nullptr) i = (i + 1) & mask;
+    table[i] = e;
+  }
 };
 
 struct ThreadState {
@@ -243,21 +365,46 @@ struct ThreadState {
   bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
   ThreadBuffer* buffer = nullptr;
+  uintptr_t self = 0;  // the owning thread's thread pointer (thread_pointer())
+  uint64_t rf_thread = 0;  // its slot in g_state_by_rf_thread, or 0
   NameCacheSlot cache[256];
-  std::unordered_map<std::string, int32_t> by_content;
-  // Contexts are recycled here instead of malloc'd; one freed on another
-  // thread joins that thread's list, so lists only reach the open-range count.
-  std::vector<void*> ctx_free;
+  NameMap by_content;
+  std::deque<std::vector<uint64_t>> padded;  // NameCacheSlot::words, one per name seen
+  std::unordered_map<int32_t, const std::vector<uint64_t>*> padded_by_id;
   ~ThreadState();
 };
 
-// One trivially-initialised thread-local pointer: a single TLS lookup per
-// callback (thread_locals with constructors cost a guard and more lookups).
+// A value unique to each live thread, read without a TLS lookup: the thread
+// pointer (glibc and musl both keep the thread's own control block there).
+inline uintptr_t thread_pointer() {
+#if defined(__x86_64__)
+  uintptr_t tp;
+  asm("movq %%fs:0, %0" : "=r"(tp));
+  return tp;
+#elif defined(__aarch64__)
+  uintptr_t tp;
+  asm("mrs %0, tpidr_el0" : "=r"(tp));
+  return tp;
+#else
+  return uintptr_t(pthread_self());
+#endif
+}
+
+// The state of each thread is found in on_start through torch's own thread
+// number (fn.threadId(), already in the RecordFunction), checked against the
+// thread pointer: no TLS lookup per op. Threads numbered past the table, or a
+// mismatch, take the thread_local path.
+constexpr uint64_t kStateSlots = 4096;
+std::atomic<ThreadState*> g_state_by_rf_thread[kStateSlots];
+
 thread_local ThreadState* t_state_ptr = nullptr;
 thread_local std::unique_ptr<ThreadState> t_state_owner;
 
 ThreadState::~ThreadState() {
-  for (void* p : ctx_free) ::operator delete(p);
+  if (rf_thread != 0) {
+    ThreadState* me = this;
+    g_state_by_rf_thread[rf_thread].compare_exchange_strong(me, nullptr);
+  }
   t_state_ptr = nullptr;
 }
 
@@ -266,109 +413,180 @@ inline ThreadState& thread_state() {
   if (__builtin_expect(s == nullptr, 0)) {
     t_state_owner.reset(new ThreadState());
     s = t_state_ptr = t_state_owner.get();
+    s->self = thread_pointer();
   }
   return *s;
 }
 
-int32_t name_id(ThreadState& ts, const char* name) {
-  // Pointer-keyed cache, validated by content: a pointer reused for another
-  // string misses, and a new pointer to a known string hits the content map.
-  size_t slot = (reinterpret_cast<uintptr_t>(name) >> 4) & 255;
-  NameCacheSlot& c = ts.cache[slot];
-  if (c.ptr == name && std::strcmp(c.str->c_str(), name) == 0) {
-    return c.id;
+__attribute__((noinline)) ThreadState& thread_state_slow(uint64_t rf_thread) {
+  ThreadState& s = thread_state();
+  if (s.rf_thread == 0 && rf_thread != 0 && rf_thread < kStateSlots) {
+    ThreadState* empty = nullptr;
+    if (g_state_by_rf_thread[rf_thread].compare_exchange_strong(empty, &s)) {
+      s.rf_thread = rf_thread;
+    }
   }
+  return s;
+}
+
+inline ThreadState& thread_state_for(const at::RecordFunction& fn) {
+  uint64_t rf_thread = fn.threadId();
+  if (__builtin_expect(rf_thread < kStateSlots, 1)) {
+    ThreadState* s = g_state_by_rf_thread[rf_thread].load(std::memory_order_relaxed);
+    if (__builtin_expect(s != nullptr && s->self == thread_pointer(), 1)) return *s;
+  }
+  return thread_state_slow(rf_thread);
+}
+
+__attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c,
+                                               const char* name) {
+  size_t n = std::strlen(name);
+  uint64_t h = NameMap::hash_of(name, n);
+  const NameMap::Entry* e = ts.by_content.find(name, n, h);
   int32_t id;
-  const std::string* str;
-  auto it = ts.by_content.find(name);
-  if (it != ts.by_content.end()) {
-    id = it->second;
-    std::lock_guard<std::mutex> g(g_names.mu);
-    str = &g_names.names[id];
+  if (e != nullptr) {
+    id = e->id;
   } else {
-    str = g_names.intern(name, &id);
-    ts.by_content.emplace(*str, id);
+    const char* str = g_names.intern(name, &id)->c_str();  // interned copies never move
+    ts.by_content.insert(str, n, h, id);
   }
-  c.ptr = name;
-  c.str = str;
+  auto found = ts.padded_by_id.find(id);
+  const std::vector<uint64_t>* words;
+  if (found != ts.padded_by_id.end()) {
+    words = found->second;
+  } else {
+    ts.padded.emplace_back(n / 8 + 1, 0);
+    std::memcpy(ts.padded.back().data(), name, n);
+    words = &ts.padded.back();
+    ts.padded_by_id.emplace(id, words);
+  }
+  // Only 8-byte aligned names use the cache (every std::string's are): a
+  // word read there never crosses a page, so same_name may read a whole word.
+  bool aligned = (reinterpret_cast<uintptr_t>(name) & 7) == 0;
+  c.ptr = aligned ? name : nullptr;
+  c.words = words->data();
+  c.n_words = uint32_t(words->size());
+  c.last_mask = n % 8 == 7 ? ~0ULL : (1ULL << (8 * (n % 8 + 1))) - 1;
   c.id = id;
   return id;
+}
+
+// Whether the aligned name equals the cached one, NUL included: compares
+// word by word and stops at the first word that differs, which is at or
+// before the word holding name's own NUL when name is shorter or different.
+__attribute__((no_sanitize_address)) inline bool same_name(const NameCacheSlot& c,
+                                                           const char* name) {
+  const uint64_t* w = c.words;
+  uint32_t last = c.n_words - 1;
+  uint64_t x;
+  for (uint32_t i = 0; i < last; ++i) {
+    std::memcpy(&x, name + 8 * i, 8);
+    if (x != w[i]) return false;
+  }
+  std::memcpy(&x, name + 8 * last, 8);  // the word holding the NUL
+  return ((x ^ w[last]) & c.last_mask) == 0;
+}
+
+inline int32_t name_id(ThreadState& ts, const char* name) {
+  // Pointer-keyed cache, validated by content: a pointer reused for another
+  // string misses, and a new pointer to a known string hits the content map.
+  NameCacheSlot& c = ts.cache[(reinterpret_cast<uintptr_t>(name) >> 4) & 255];
+  if (__builtin_expect(c.ptr == name, 1) && same_name(c, name)) return c.id;
+  return name_id_slow(ts, c, name);
 }
 
 // Input encoding, one entry per input, read by model/records.py:decode_inputs.
 //   0: none/other   1: tensor [ndim, sizes..., strides..., dtype]
 //   2: int [value]  3: double [bits]  4: bool [value]
 //   5: tensor list [count]  6: int list [count, values...]  7: string
-void encode_inputs(const at::RecordFunction& fn, std::vector<int64_t>& out) {
-  auto inputs = fn.inputs();
-  out.push_back(int64_t(inputs.size()));
-  for (const c10::IValue& v : inputs) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined()) {
-        out.push_back(0);
-        continue;
-      }
-      out.push_back(1);
-      int64_t nd = t.dim();
-      out.push_back(nd);
-      auto sizes = t.sizes();
-      for (int64_t i = 0; i < nd; ++i) out.push_back(sizes[i]);
-      if (t.layout() == at::kStrided) {
-        auto strides = t.strides();
-        for (int64_t i = 0; i < nd; ++i) out.push_back(strides[i]);
-      } else {
-        for (int64_t i = 0; i < nd; ++i) out.push_back(0);
-      }
-      out.push_back(int64_t(t.scalar_type()));
-    } else if (v.isInt()) {
-      out.push_back(2);
-      out.push_back(v.toInt());
-    } else if (v.isDouble()) {
-      out.push_back(3);
-      double d = v.toDouble();
-      int64_t bits;
-      std::memcpy(&bits, &d, sizeof(bits));
-      out.push_back(bits);
-    } else if (v.isBool()) {
-      out.push_back(4);
-      out.push_back(v.toBool() ? 1 : 0);
-    } else if (v.isTensorList()) {
-      out.push_back(5);
-      out.push_back(int64_t(v.toTensorList().size()));
-    } else if (v.isIntList()) {
-      auto l = v.toIntList();
-      out.push_back(6);
-      out.push_back(int64_t(l.size()));
-      for (int64_t x : l) out.push_back(x);
-    } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
-      auto l = v.toBoolList();
-      out.push_back(6);
-      out.push_back(int64_t(l.size()));
-      for (bool x : l) out.push_back(x ? 1 : 0);
-    } else if (v.isString()) {
-      out.push_back(7);
-    } else {
-      out.push_back(0);
-    }
+inline void put(InputWords& out, int64_t a) {
+  *out.reserve(1) = a;
+  out.size += 1;
+}
+inline void put(InputWords& out, int64_t a, int64_t b) {
+  int64_t* w = out.reserve(2);
+  w[0] = a;
+  w[1] = b;
+  out.size += 2;
+}
+
+void encode_tensor(const at::Tensor& t, InputWords& out) {
+  if (!t.defined()) {
+    put(out, 0);
+    return;
+  }
+  int64_t nd = t.dim();
+  int64_t* w = out.reserve(size_t(3 + 2 * nd));
+  w[0] = 1;
+  w[1] = nd;
+  const int64_t* sizes = t.sizes().data();
+  for (int64_t i = 0; i < nd; ++i) w[2 + i] = sizes[i];
+  if (t.layout() == at::kStrided) {
+    const int64_t* strides = t.strides().data();
+    for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = strides[i];
+  } else {
+    for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = 0;
+  }
+  w[2 + 2 * nd] = int64_t(t.scalar_type());
+  out.size += size_t(3 + 2 * nd);
+}
+
+// Lists are told apart by element type only for lists (one tag test first).
+void encode_list(const c10::IValue& v, InputWords& out) {
+  if (v.isTensorList()) {
+    put(out, 5, int64_t(v.toTensorList().size()));
+  } else if (v.isIntList()) {
+    auto l = v.toIntList();
+    size_t n = l.size();
+    int64_t* w = out.reserve(2 + n);
+    w[0] = 6;
+    w[1] = int64_t(n);
+    for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i);
+    out.size += 2 + n;
+  } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
+    auto l = v.toBoolList();
+    size_t n = l.size();
+    int64_t* w = out.reserve(2 + n);
+    w[0] = 6;
+    w[1] = int64_t(n);
+    for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i) ? 1 : 0;
+    out.size += 2 + n;
+  } else {
+    put(out, 0);
   }
 }
 
-struct Ctx : public at::ObserverContext {
-  // A late end (after stop, or on another thread) still writes into live
-  // memory: stop() keeps every chunk that holds an open record.
-  Record* rec;
-
-  // Built with placement new on memory from ThreadState::ctx_free (on_start);
-  // unique_ptr's delete lands here and recycles the memory.
-  static void operator delete(void* p, size_t size) {
-    if (size == sizeof(Ctx)) {
-      thread_state().ctx_free.push_back(p);
+// Input encoding, one entry per input, read by model/records.py:decode_inputs.
+//   0: none/other   1: tensor [ndim, sizes..., strides..., dtype]
+//   2: int [value]  3: double [bits]  4: bool [value]
+//   5: tensor list [count]  6: int list [count, values...]  7: string
+// Words are written straight into reserved room, never pushed one by one.
+void encode_inputs(const at::RecordFunction& fn, InputWords& out) {
+  auto inputs = fn.inputs();
+  put(out, int64_t(inputs.size()));
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor()) {
+      encode_tensor(v.toTensor(), out);
+    } else if (v.isNone()) {
+      put(out, 0);
+    } else if (v.isInt()) {
+      put(out, 2, v.toInt());
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof(bits));
+      put(out, 3, bits);
+    } else if (v.isBool()) {
+      put(out, 4, v.toBool() ? 1 : 0);
+    } else if (v.isList()) {
+      encode_list(v, out);
+    } else if (v.isString()) {
+      put(out, 7);
     } else {
-      ::operator delete(p);
+      put(out, 0);
     }
   }
-};
+}
 
 bool join_session(ThreadState& ts, uint64_t gen) {
   std::lock_guard<std::mutex> g(g_session_mu);
@@ -676,57 +894,53 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   if (gen == 0) return nullptr;
-  ThreadState& ts = thread_state();
-  if (ts.generation != gen) {
+  ThreadState& ts = thread_state_for(fn);
+  if (__builtin_expect(ts.generation != gen, 0)) {
     if (!join_session(ts, gen)) return nullptr;
   } else if (ts.skip) {
     return nullptr;
   }
+  // torch's two out-of-line accessors first: fewer values live across calls
+  const char* name = fn.name();
+  uint8_t flags = kFlagUnfinished | kFlagContextHeld | (fn.isAsync() ? kFlagAsync : 0);
   ThreadBuffer* buf = ts.buffer;
   // Dekker handshake with stop(): publish busy, then re-check the generation.
   buf->busy.store(true, std::memory_order_seq_cst);
-  if (g_active_generation.load(std::memory_order_seq_cst) != gen) {
+  if (__builtin_expect(g_active_generation.load(std::memory_order_seq_cst) != gen, 0)) {
     buf->busy.store(false, std::memory_order_release);
     return nullptr;
   }
-  Record* r = buf->next();
-  r->name_id = name_id(ts, fn.name());
+  char* slot = buf->next_slot();
+  Record* r = slot_record(slot);
+  r->name_id = name_id(ts, name);
   r->thread_index = buf->index;
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
   r->rf_thread_id = uint32_t(fn.threadId());
+  r->shape_offset = kNoShapes;
   r->scope = uint8_t(fn.scope());
-  r->flags = kFlagUnfinished | (fn.isAsync() ? kFlagAsync : 0);
+  r->flags = flags;
   r->pad = 0;
-  if (ts.record_shapes && fn.needsInputs()) {
-    r->shape_offset = uint32_t(buf->shapes.size());
+  if (__builtin_expect(ts.record_shapes, 0) && fn.needsInputs()) {
+    r->shape_offset = uint32_t(buf->shapes.size);
     encode_inputs(fn, buf->shapes);
-  } else {
-    r->shape_offset = kNoShapes;
   }
-  if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
-  void* mem;
-  if (ts.ctx_free.empty()) {
-    mem = ::operator new(sizeof(Ctx));
-  } else {
-    mem = ts.ctx_free.back();
-    ts.ctx_free.pop_back();
-  }
-  std::unique_ptr<at::ObserverContext> ctx(new (mem) Ctx());
-  auto* c = static_cast<Ctx*>(ctx.get());
-  c->rec = r;
+  if (__builtin_expect(ts.with_stack, 0)) buf->stack_ids.push_back(capture_stack(*buf));
+  std::unique_ptr<at::ObserverContext> ctx(new (slot) Ctx());
   r->end_ns = 0;
   r->start_ns = ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
   return ctx;
 }
 
-void on_end(const at::RecordFunction&, at::ObserverContext* ctx_base) {
+// A late end (after stop, or on another thread) still writes into live
+// memory: stop() keeps every chunk that holds an open record or a context.
+void on_end(const at::RecordFunction&, at::ObserverContext* ctx) {
   int64_t t = ticks();
-  if (ctx_base == nullptr) return;
-  auto* ctx = static_cast<Ctx*>(ctx_base);
-  ctx->rec->end_ns = t;
-  ctx->rec->flags &= uint8_t(~kFlagUnfinished);
+  if (ctx == nullptr) return;
+  Record* r = context_record(ctx);
+  r->end_ns = t;
+  r->flags = uint8_t(r->flags & ~kFlagUnfinished);
 }
 
 // Receives the allocator reports (c10::reportMemoryUsageToProfiler) of the
@@ -837,13 +1051,30 @@ void to_clock_ns(Record* recs, size_t n, ClockPoint stop_point) {
 // again. A chunk holding an open record stays for its late end.
 void free_finished_chunks(ThreadBuffer& t) {
   for (size_t c = 0; c < t.chunks.size(); ++c) {
-    size_t k = (c + 1 == t.chunks.size()) ? t.used : kChunkRecords;
-    const Record* recs = t.chunks[c].get();
-    if (recs == nullptr) continue;  // freed before (an earlier stop, or a fork)
-    bool open = false;
-    for (size_t i = 0; i < k && !open; ++i) open = (recs[i].flags & kFlagUnfinished) != 0;
-    if (!open) t.chunks[c].reset();
+    char* slots = t.chunks[c].get();
+    if (slots == nullptr) continue;  // freed before (an earlier stop, or a fork)
+    size_t k = t.used_in(c);
+    bool held = false;
+    for (size_t i = 0; i < k && !held; ++i) {
+      uint8_t flags = __atomic_load_n(&slot_record(slots + i * kSlotBytes)->flags,
+                                      __ATOMIC_ACQUIRE);
+      held = (flags & (kFlagUnfinished | kFlagContextHeld)) != 0;
+    }
+    if (!held) t.chunks[c].reset();
   }
+}
+
+// Copies a thread's records out of their slots; the internal flag is cleared.
+Record* copy_records(const ThreadBuffer& t, Record* dst) {
+  for (size_t c = 0; c < t.chunks.size(); ++c) {
+    const char* slots = t.chunks[c].get();
+    size_t k = t.used_in(c);
+    for (size_t i = 0; i < k; ++i, ++dst) {
+      std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
+      dst->flags = uint8_t(dst->flags & ~kFlagContextHeld);
+    }
+  }
+  return dst;
 }
 
 // Joins the per-thread stack tables into one. Returns (stack id per record,
@@ -918,16 +1149,12 @@ py::tuple stop() {
   Record* out_records = reinterpret_cast<Record*>(dst);
   py::list shapes, tids;
   for (ThreadBuffer* t : s->threads) {
-    for (size_t c = 0; c < t->chunks.size(); ++c) {
-      size_t k = (c + 1 == t->chunks.size()) ? t->used : kChunkRecords;
-      std::memcpy(dst, t->chunks[c].get(), k * sizeof(Record));
-      dst += k * sizeof(Record);
-    }
-    shapes.append(py::bytes(reinterpret_cast<const char*>(t->shapes.data()),
-                            t->shapes.size() * sizeof(int64_t)));
+    dst = reinterpret_cast<char*>(copy_records(*t, reinterpret_cast<Record*>(dst)));
+    shapes.append(py::bytes(reinterpret_cast<const char*>(t->shapes.data),
+                            t->shapes.size * sizeof(int64_t)));
     tids.append(t->os_tid);
     free_finished_chunks(*t);
-    std::vector<int64_t>().swap(t->shapes);
+    t->shapes.release();
   }
   to_clock_ns(out_records, total, stop_point);
   size_t n_mem = 0;
@@ -986,7 +1213,7 @@ void after_fork_in_child() {
   for (auto& owned : g_all_buffers) {
     ThreadBuffer& t = *owned;
     free_finished_chunks(t);
-    std::vector<int64_t>().swap(t.shapes);
+    t.shapes.release();
     std::vector<MemRecord>().swap(t.memory);
     std::vector<uint32_t>().swap(t.stack_ids);
     std::vector<uint32_t>().swap(t.stack_begin);
@@ -1006,7 +1233,7 @@ int64_t held_record_bytes() {
   int64_t n = 0;
   for (auto& owned : g_all_buffers) {
     for (auto& chunk : owned->chunks) {
-      if (chunk) n += int64_t(kChunkRecords * sizeof(Record));
+      if (chunk) n += int64_t(kChunkBytes);
     }
   }
   return n;
