@@ -200,32 +200,50 @@ void Ctx::operator delete(void* p) {
   __atomic_store_n(&r->flags, uint8_t(r->flags & ~kFlagContextHeld), __ATOMIC_RELEASE);
 }
 
-// Encoded inputs (see encode_inputs): a plain growable array, grown with
-// realloc so that a large one is remapped rather than copied.
+// Encoded inputs (see encode_inputs): words in chunks that are never moved
+// or copied while recording (stop() joins them), so a word's index stays its
+// offset in the joined array.
 struct InputWords {
-  int64_t* data = nullptr;
-  size_t size = 0;
-  size_t cap = 0;
-  InputWords() = default;
-  InputWords(const InputWords&) = delete;
-  InputWords& operator=(const InputWords&) = delete;
-  ~InputWords() { std::free(data); }
-  // Room for n more words; returns where they go.
+  static constexpr size_t kChunkWords = 1 << 16;
+  struct Chunk {
+    std::unique_ptr<int64_t[]> words;
+    size_t used;
+  };
+  std::vector<Chunk> chunks;
+  int64_t* cur = nullptr;  // the next free word of the last chunk
+  int64_t* end = nullptr;
+  size_t size = 0;  // words in all chunks
+
+  // Room for n more words in one run; returns where they go (then commit(n)).
   int64_t* reserve(size_t n) {
-    if (__builtin_expect(cap - size < n, 0)) grow(n);
-    return data + size;
+    if (__builtin_expect(size_t(end - cur) < n, 0)) grow(n);
+    return cur;
   }
-  void grow(size_t n) {
-    size_t want = std::max(cap * 2, std::max<size_t>(size + n, 4096));
-    auto* p = static_cast<int64_t*>(std::realloc(data, want * sizeof(int64_t)));
-    if (p == nullptr) throw std::bad_alloc();
-    data = p;
-    cap = want;
+  void commit(size_t n) {
+    cur += n;
+    size += n;
+  }
+  __attribute__((noinline)) void grow(size_t n) {
+    if (!chunks.empty()) chunks.back().used = size_t(cur - chunks.back().words.get());
+    size_t cap = std::max(kChunkWords, n);
+    chunks.push_back(Chunk{std::unique_ptr<int64_t[]>(new int64_t[cap]), 0});
+    cur = chunks.back().words.get();
+    end = cur + cap;
+  }
+  std::string joined() {
+    if (!chunks.empty()) chunks.back().used = size_t(cur - chunks.back().words.get());
+    std::string out(size * sizeof(int64_t), '\0');
+    char* dst = &out[0];
+    for (const Chunk& c : chunks) {
+      std::memcpy(dst, c.words.get(), c.used * sizeof(int64_t));
+      dst += c.used * sizeof(int64_t);
+    }
+    return out;
   }
   void release() {
-    std::free(data);
-    data = nullptr;
-    size = cap = 0;
+    std::vector<Chunk>().swap(chunks);
+    cur = end = nullptr;
+    size = 0;
   }
 };
 
@@ -359,11 +377,21 @@ struct NameMap {
   }
 };
 
+// Names that live in an operator's schema: the pointer identifies the name
+// for as long as the operator is registered (see g_names_epoch).
+struct SchemaNameSlot {
+  const char* ptr = nullptr;
+  int32_t id = -1;
+};
+
 struct ThreadState {
   uint64_t generation = 0;
   bool record_shapes = false;
   bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
+  bool plain = false;  // joined, not skipped, no inputs, no stacks: on_start's fast path
+  uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
+  SchemaNameSlot schema_names[256];
   ThreadBuffer* buffer = nullptr;
   uintptr_t self = 0;  // the owning thread's thread pointer (thread_pointer())
   uint64_t rf_thread = 0;  // its slot in g_state_by_rf_thread, or 0
@@ -438,6 +466,45 @@ inline ThreadState& thread_state_for(const at::RecordFunction& fn) {
   return thread_state_slow(rf_thread);
 }
 
+// Bumped whenever torch deregisters an operator, before its schema (and the
+// name in it) is freed: every thread then forgets the schema name pointers it
+// cached, so a pointer reused by another operator's name cannot hit.
+std::atomic<uint64_t> g_names_epoch{0};
+
+struct NameEpochListener final : public c10::OpRegistrationListener {
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {
+    g_names_epoch.fetch_add(1, std::memory_order_release);
+  }
+};
+
+// Where, inside an at::RecordFunction, the std::string holding a name of its
+// own lives (a range's or an autograd node's name, as opposed to an operator
+// schema's): found once by looking at a fresh RecordFunction, whose name is
+// an empty string of its own. -1 when the layout is not the expected one
+// (then every name is checked by content, as if it were a range's).
+std::ptrdiff_t find_own_name_offset() {
+  at::RecordFunction probe(at::RecordScope::FUNCTION);  // no before(): no callback runs
+  const char* name = probe.name();
+  const char* base = reinterpret_cast<const char*>(&probe);
+  std::ptrdiff_t at = name - base - std::ptrdiff_t(2 * sizeof(void*));  // {data, size, buffer}
+  if (at < 0 || size_t(at) + 4 * sizeof(void*) > sizeof(at::RecordFunction)) return -1;
+  const char* data;
+  size_t size;
+  std::memcpy(&data, base + at, sizeof(data));
+  std::memcpy(&size, base + at + sizeof(void*), sizeof(size));
+  return (data == name && size == 0 && name[0] == '\0') ? at : -1;
+}
+std::ptrdiff_t g_own_name_offset = -1;  // set by start(), before the callback is added
+
+// Whether fn's name is a string fn holds (true also when that cannot be told).
+inline bool owns_name(const at::RecordFunction& fn, const char* name) {
+  if (g_own_name_offset < 0) return true;
+  const char* data;
+  std::memcpy(&data, reinterpret_cast<const char*>(&fn) + g_own_name_offset, sizeof(data));
+  return data == name;
+}
+
 __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c,
                                                const char* name) {
   size_t n = std::strlen(name);
@@ -487,10 +554,29 @@ __attribute__((no_sanitize_address)) inline bool same_name(const NameCacheSlot& 
   return ((x ^ w[last]) & c.last_mask) == 0;
 }
 
-inline int32_t name_id(ThreadState& ts, const char* name) {
-  // Pointer-keyed cache, validated by content: a pointer reused for another
-  // string misses, and a new pointer to a known string hits the content map.
-  NameCacheSlot& c = ts.cache[(reinterpret_cast<uintptr_t>(name) >> 4) & 255];
+inline size_t name_slot(const char* name) {
+  return (reinterpret_cast<uintptr_t>(name) >> 4) & 255;
+}
+
+int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name) {
+  if (!owns_name(fn, name)) {  // an operator's schema name: the pointer is the key
+    uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
+    if (ts.names_epoch != epoch) {
+      for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
+      ts.names_epoch = epoch;
+    }
+    SchemaNameSlot& s = ts.schema_names[name_slot(name)];
+    if (s.ptr != name) {
+      NameCacheSlot scratch;
+      s.id = name_id_slow(ts, scratch, name);
+      s.ptr = name;
+    }
+    return s.id;
+  }
+  // A name fn holds: its pointer may be reused for another name, so a
+  // pointer hit is validated by content, and a new pointer to a known name
+  // hits the content map.
+  NameCacheSlot& c = ts.cache[name_slot(name)];
   if (__builtin_expect(c.ptr == name, 1) && same_name(c, name)) return c.id;
   return name_id_slow(ts, c, name);
 }
@@ -501,13 +587,13 @@ inline int32_t name_id(ThreadState& ts, const char* name) {
 //   5: tensor list [count]  6: int list [count, values...]  7: string
 inline void put(InputWords& out, int64_t a) {
   *out.reserve(1) = a;
-  out.size += 1;
+  out.commit(1);
 }
 inline void put(InputWords& out, int64_t a, int64_t b) {
   int64_t* w = out.reserve(2);
   w[0] = a;
   w[1] = b;
-  out.size += 2;
+  out.commit(2);
 }
 
 void encode_tensor(const at::Tensor& t, InputWords& out) {
@@ -528,7 +614,7 @@ void encode_tensor(const at::Tensor& t, InputWords& out) {
     for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = 0;
   }
   w[2 + 2 * nd] = int64_t(t.scalar_type());
-  out.size += size_t(3 + 2 * nd);
+  out.commit(size_t(3 + 2 * nd));
 }
 
 // Lists are told apart by element type only for lists (one tag test first).
@@ -542,7 +628,7 @@ void encode_list(const c10::IValue& v, InputWords& out) {
     w[0] = 6;
     w[1] = int64_t(n);
     for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i);
-    out.size += 2 + n;
+    out.commit(2 + n);
   } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
     auto l = v.toBoolList();
     size_t n = l.size();
@@ -550,7 +636,7 @@ void encode_list(const c10::IValue& v, InputWords& out) {
     w[0] = 6;
     w[1] = int64_t(n);
     for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i) ? 1 : 0;
-    out.size += 2 + n;
+    out.commit(2 + n);
   } else {
     put(out, 0);
   }
@@ -598,6 +684,7 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   ts.buffer = g_session->add_thread();  // workers too: their allocations count
   ts.record_shapes = g_session->record_shapes;
   ts.with_stack = g_session->with_stack;
+  ts.plain = !ts.skip && !ts.record_shapes && !ts.with_stack;
   return !ts.skip;
 }
 
@@ -891,18 +978,13 @@ uint32_t capture_stack(ThreadBuffer& buf) {
   return id;
 }
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  uint64_t gen = g_active_generation.load(std::memory_order_acquire);
-  if (gen == 0) return nullptr;
-  ThreadState& ts = thread_state_for(fn);
-  if (__builtin_expect(ts.generation != gen, 0)) {
-    if (!join_session(ts, gen)) return nullptr;
-  } else if (ts.skip) {
-    return nullptr;
-  }
-  // torch's two out-of-line accessors first: fewer values live across calls
-  const char* name = fn.name();
-  uint8_t flags = kFlagUnfinished | kFlagContextHeld | (fn.isAsync() ? kFlagAsync : 0);
+// Writes the record of a starting range into the next slot of ts's buffer
+// and returns the context living in that slot. kInputsAndStack: also encode
+// the inputs and capture the stack when the session asks for them.
+template <bool kInputsAndStack>
+inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
+                                                        ThreadState& ts, uint64_t gen,
+                                                        int32_t name_id, bool async) {
   ThreadBuffer* buf = ts.buffer;
   // Dekker handshake with stop(): publish busy, then re-check the generation.
   buf->busy.store(true, std::memory_order_seq_cst);
@@ -912,25 +994,64 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   char* slot = buf->next_slot();
   Record* r = slot_record(slot);
-  r->name_id = name_id(ts, name);
+  r->name_id = name_id;
   r->thread_index = buf->index;
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
   r->rf_thread_id = uint32_t(fn.threadId());
   r->shape_offset = kNoShapes;
   r->scope = uint8_t(fn.scope());
-  r->flags = flags;
+  r->flags = kFlagUnfinished | kFlagContextHeld | (async ? kFlagAsync : 0);
   r->pad = 0;
-  if (__builtin_expect(ts.record_shapes, 0) && fn.needsInputs()) {
-    r->shape_offset = uint32_t(buf->shapes.size);
-    encode_inputs(fn, buf->shapes);
+  if (kInputsAndStack) {
+    if (ts.record_shapes && fn.needsInputs()) {
+      r->shape_offset = uint32_t(buf->shapes.size);
+      encode_inputs(fn, buf->shapes);
+    }
+    if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
   }
-  if (__builtin_expect(ts.with_stack, 0)) buf->stack_ids.push_back(capture_stack(*buf));
   std::unique_ptr<at::ObserverContext> ctx(new (slot) Ctx());
   r->end_ns = 0;
   r->start_ns = ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
   return ctx;
+}
+
+// Every case: joining a session, a skipped worker, inputs, stacks, names seen
+// for the first time or held by the RecordFunction itself.
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_general(
+    const at::RecordFunction& fn, const char* name, bool async) {
+  uint64_t gen = g_active_generation.load(std::memory_order_acquire);
+  if (gen == 0) return nullptr;
+  ThreadState& ts = thread_state_for(fn);
+  if (ts.generation != gen) {
+    if (!join_session(ts, gen)) return nullptr;
+  } else if (ts.skip) {
+    return nullptr;
+  }
+  return write_start<true>(fn, ts, gen, name_id(ts, fn, name), async);
+}
+
+// The common case stays free of calls but torch's two accessors: a thread
+// already in the session, with neither inputs nor stacks, running an
+// operator whose schema name it has seen since the last deregistration.
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  bool async = fn.isAsync();
+  uint64_t gen = g_active_generation.load(std::memory_order_acquire);
+  uint64_t rf_thread = fn.threadId();
+  if (__builtin_expect(rf_thread < kStateSlots && gen != 0, 1)) {
+    ThreadState* ts = g_state_by_rf_thread[rf_thread].load(std::memory_order_relaxed);
+    if (__builtin_expect(ts != nullptr && ts->self == thread_pointer() &&
+                         ts->generation == gen && ts->plain, 1)) {
+      const SchemaNameSlot& s = ts->schema_names[name_slot(name)];
+      if (__builtin_expect(s.ptr == name &&
+                           ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
+        return write_start<false>(fn, *ts, gen, s.id, async);
+      }
+    }
+  }
+  return on_start_general(fn, name, async);
 }
 
 // A late end (after stop, or on another thread) still writes into live
@@ -1015,6 +1136,14 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
   if (g_inherited_handle != 0) {
     at::removeCallback(g_inherited_handle);
     g_inherited_handle = 0;
+  }
+  static bool prepared = false;  // once per process, under g_session_mu
+  if (!prepared) {
+    g_own_name_offset = find_own_name_offset();
+    // kept for the life of the process: the listener must outlive every cached pointer
+    new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
+        std::make_unique<NameEpochListener>()));
+    prepared = true;
   }
   auto s = std::make_shared<Session>();
   s->generation = ++g_last_generation;
@@ -1150,8 +1279,7 @@ py::tuple stop() {
   py::list shapes, tids;
   for (ThreadBuffer* t : s->threads) {
     dst = reinterpret_cast<char*>(copy_records(*t, reinterpret_cast<Record*>(dst)));
-    shapes.append(py::bytes(reinterpret_cast<const char*>(t->shapes.data),
-                            t->shapes.size * sizeof(int64_t)));
+    shapes.append(py::bytes(t->shapes.joined()));
     tids.append(t->os_tid);
     free_finished_chunks(*t);
     t->shapes.release();
