@@ -126,12 +126,16 @@ bool detect_invariant_tsc() {
 }
 const bool g_use_tsc = detect_invariant_tsc() && std::getenv("OPSCOPE_NO_TSC") == nullptr;
 
-inline int64_t ticks() {
+
+inline int64_t tsc() {
 #if defined(__x86_64__)
-  if (g_use_tsc) return int64_t(__rdtsc());
-#endif
+  return int64_t(__rdtsc());
+#else
   return now_ns();
+#endif
 }
+
+inline int64_t ticks() { return g_use_tsc ? tsc() : now_ns(); }
 
 struct ClockPoint {
   int64_t ticks;
@@ -380,7 +384,7 @@ struct NameMap {
 // Names that live in an operator's schema: the pointer identifies the name
 // for as long as the operator is registered (see g_names_epoch).
 struct SchemaNameSlot {
-  const char* ptr = nullptr;
+  uintptr_t key = 0;  // the RecordFunction's schema reference (see descriptor_key)
   int32_t id = -1;
 };
 
@@ -422,8 +426,18 @@ inline uintptr_t thread_pointer() {
 // number (fn.threadId(), already in the RecordFunction), checked against the
 // thread pointer: no TLS lookup per op. Threads numbered past the table, or a
 // mismatch, take the thread_local path.
+// A slot holds no state as g_no_state, whose thread pointer matches no thread.
 constexpr uint64_t kStateSlots = 4096;
 std::atomic<ThreadState*> g_state_by_rf_thread[kStateSlots];
+ThreadState g_no_state;
+
+void clear_state_slots() {
+  for (auto& slot : g_state_by_rf_thread) slot.store(&g_no_state, std::memory_order_relaxed);
+}
+
+inline std::atomic<ThreadState*>& state_slot(uint64_t rf_thread) {
+  return g_state_by_rf_thread[rf_thread & (kStateSlots - 1)];
+}
 
 thread_local ThreadState* t_state_ptr = nullptr;
 thread_local std::unique_ptr<ThreadState> t_state_owner;
@@ -431,7 +445,7 @@ thread_local std::unique_ptr<ThreadState> t_state_owner;
 ThreadState::~ThreadState() {
   if (rf_thread != 0) {
     ThreadState* me = this;
-    g_state_by_rf_thread[rf_thread].compare_exchange_strong(me, nullptr);
+    state_slot(rf_thread).compare_exchange_strong(me, &g_no_state);
   }
   t_state_ptr = nullptr;
 }
@@ -448,21 +462,17 @@ inline ThreadState& thread_state() {
 
 __attribute__((noinline)) ThreadState& thread_state_slow(uint64_t rf_thread) {
   ThreadState& s = thread_state();
-  if (s.rf_thread == 0 && rf_thread != 0 && rf_thread < kStateSlots) {
-    ThreadState* empty = nullptr;
-    if (g_state_by_rf_thread[rf_thread].compare_exchange_strong(empty, &s)) {
-      s.rf_thread = rf_thread;
-    }
+  if (s.rf_thread == 0 && rf_thread != 0) {
+    ThreadState* empty = &g_no_state;  // a thread sharing the slot keeps it
+    if (state_slot(rf_thread).compare_exchange_strong(empty, &s)) s.rf_thread = rf_thread;
   }
   return s;
 }
 
 inline ThreadState& thread_state_for(const at::RecordFunction& fn) {
   uint64_t rf_thread = fn.threadId();
-  if (__builtin_expect(rf_thread < kStateSlots, 1)) {
-    ThreadState* s = g_state_by_rf_thread[rf_thread].load(std::memory_order_relaxed);
-    if (__builtin_expect(s != nullptr && s->self == thread_pointer(), 1)) return *s;
-  }
+  ThreadState* s = state_slot(rf_thread).load(std::memory_order_relaxed);
+  if (__builtin_expect(s->self == thread_pointer() && s != &g_no_state, 1)) return *s;
   return thread_state_slow(rf_thread);
 }
 
@@ -497,13 +507,42 @@ std::ptrdiff_t find_own_name_offset() {
 }
 std::ptrdiff_t g_own_name_offset = -1;  // set by start(), before the callback is added
 
+// The word at g_own_name_offset: the data pointer of a name fn holds, or else
+// (an operator) what fn keeps to reach the operator's schema, which names
+// the operator for as long as it is registered.
+inline uintptr_t descriptor_key(const at::RecordFunction& fn) {
+  uintptr_t key;
+  std::memcpy(&key, reinterpret_cast<const char*>(&fn) + g_own_name_offset, sizeof(key));
+  return key;
+}
+
 // Whether fn's name is a string fn holds (true also when that cannot be told).
 inline bool owns_name(const at::RecordFunction& fn, const char* name) {
-  if (g_own_name_offset < 0) return true;
-  const char* data;
-  std::memcpy(&data, reinterpret_cast<const char*>(&fn) + g_own_name_offset, sizeof(data));
-  return data == name;
+  return g_own_name_offset < 0 || descriptor_key(fn) == reinterpret_cast<uintptr_t>(name);
 }
+
+inline size_t key_slot(uintptr_t key) { return ((key >> 4) ^ (key >> 12)) & 255; }
+
+// Where isAsync() reads its flag inside an at::RecordFunction: found once by
+// marking a fresh RecordFunction async and seeing which byte changes; -1 if
+// not exactly one byte goes from 0 to 1.
+std::ptrdiff_t find_async_offset() {
+  at::RecordFunction probe(at::RecordScope::FUNCTION);
+  unsigned char before[sizeof(at::RecordFunction)], after[sizeof(at::RecordFunction)];
+  std::memcpy(before, static_cast<const void*>(&probe), sizeof(before));
+  bool was_async = probe.isAsync();
+  probe._setAsync();
+  std::memcpy(after, static_cast<const void*>(&probe), sizeof(after));
+  if (was_async || !probe.isAsync()) return -1;
+  std::ptrdiff_t found = -1;
+  for (size_t i = 0; i < sizeof(before); ++i) {
+    if (before[i] == after[i]) continue;
+    if (found >= 0 || before[i] != 0 || after[i] != 1) return -1;
+    found = std::ptrdiff_t(i);
+  }
+  return found;
+}
+std::ptrdiff_t g_async_offset = -1;  // set by start(), as g_own_name_offset
 
 __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c,
                                                const char* name) {
@@ -565,11 +604,12 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
       for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
       ts.names_epoch = epoch;
     }
-    SchemaNameSlot& s = ts.schema_names[name_slot(name)];
-    if (s.ptr != name) {
+    uintptr_t key = descriptor_key(fn);
+    SchemaNameSlot& s = ts.schema_names[key_slot(key)];
+    if (s.key != key) {
       NameCacheSlot scratch;
       s.id = name_id_slow(ts, scratch, name);
-      s.ptr = name;
+      s.key = key;
     }
     return s.id;
   }
@@ -979,9 +1019,10 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 }
 
 // Writes the record of a starting range into the next slot of ts's buffer
-// and returns the context living in that slot. kInputsAndStack: also encode
-// the inputs and capture the stack when the session asks for them.
-template <bool kInputsAndStack>
+// and returns the context living in that slot. kFast: the caller checked that
+// the chunk has room, the session needs neither inputs nor stacks, and the
+// clock is the TSC, so nothing here calls out.
+template <bool kFast>
 inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
                                                         ThreadState& ts, uint64_t gen,
                                                         int32_t name_id, bool async) {
@@ -992,7 +1033,13 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     buf->busy.store(false, std::memory_order_release);
     return nullptr;
   }
-  char* slot = buf->next_slot();
+  char* slot;
+  if (kFast) {
+    slot = buf->cursor;
+    buf->cursor += kSlotBytes;
+  } else {
+    slot = buf->next_slot();
+  }
   Record* r = slot_record(slot);
   r->name_id = name_id;
   r->thread_index = buf->index;
@@ -1001,9 +1048,9 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   r->rf_thread_id = uint32_t(fn.threadId());
   r->shape_offset = kNoShapes;
   r->scope = uint8_t(fn.scope());
-  r->flags = kFlagUnfinished | kFlagContextHeld | (async ? kFlagAsync : 0);
+  r->flags = kFlagContextHeld | (async ? kFlagAsync : 0);
   r->pad = 0;
-  if (kInputsAndStack) {
+  if (!kFast) {
     if (ts.record_shapes && fn.needsInputs()) {
       r->shape_offset = uint32_t(buf->shapes.size);
       encode_inputs(fn, buf->shapes);
@@ -1011,16 +1058,15 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
   }
   std::unique_ptr<at::ObserverContext> ctx(new (slot) Ctx());
-  r->end_ns = 0;
-  r->start_ns = ticks();  // last, so our own work stays outside the range
+  r->end_ns = 0;  // 0 until on_end: unfinished
+  r->start_ns = kFast ? tsc() : ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
   return ctx;
 }
 
 // Every case: joining a session, a skipped worker, inputs, stacks, names seen
 // for the first time or held by the RecordFunction itself.
-__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_general(
-    const at::RecordFunction& fn, const char* name, bool async) {
+std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& fn) {
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   if (gen == 0) return nullptr;
   ThreadState& ts = thread_state_for(fn);
@@ -1029,39 +1075,37 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_general(
   } else if (ts.skip) {
     return nullptr;
   }
-  return write_start<true>(fn, ts, gen, name_id(ts, fn, name), async);
+  const char* name = fn.name();
+  return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync());
 }
 
-// The common case stays free of calls but torch's two accessors: a thread
-// already in the session, with neither inputs nor stacks, running an
-// operator whose schema name it has seen since the last deregistration.
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  const char* name = fn.name();
-  bool async = fn.isAsync();
+// The common case, registered when the TSC is the clock and both offsets
+// into at::RecordFunction are known: a thread already in a session without
+// inputs or stacks, running an operator seen since the last deregistration.
+// It reads fn's fields directly and calls nothing.
+std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn) {
+  uintptr_t key = descriptor_key(fn);
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
-  uint64_t rf_thread = fn.threadId();
-  if (__builtin_expect(rf_thread < kStateSlots && gen != 0, 1)) {
-    ThreadState* ts = g_state_by_rf_thread[rf_thread].load(std::memory_order_relaxed);
-    if (__builtin_expect(ts != nullptr && ts->self == thread_pointer() &&
-                         ts->generation == gen && ts->plain, 1)) {
-      const SchemaNameSlot& s = ts->schema_names[name_slot(name)];
-      if (__builtin_expect(s.ptr == name &&
-                           ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
-        return write_start<false>(fn, *ts, gen, s.id, async);
-      }
+  ThreadState* ts = state_slot(fn.threadId()).load(std::memory_order_relaxed);
+  if (__builtin_expect(ts->self == thread_pointer() && ts->generation == gen && ts->plain, 1)) {
+    const SchemaNameSlot& s = ts->schema_names[key_slot(key)];
+    const ThreadBuffer* buf = ts->buffer;
+    if (__builtin_expect(s.key == key && buf->cursor != buf->limit &&
+                         ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
+      bool async = reinterpret_cast<const char*>(&fn)[g_async_offset] != 0;
+      return write_start<true>(fn, *ts, gen, s.id, async);
     }
   }
-  return on_start_general(fn, name, async);
+  return on_start_general(fn);
 }
 
 // A late end (after stop, or on another thread) still writes into live
 // memory: stop() keeps every chunk that holds an open record or a context.
+template <bool kTsc>
 void on_end(const at::RecordFunction&, at::ObserverContext* ctx) {
-  int64_t t = ticks();
+  int64_t t = kTsc ? tsc() : now_ns();
   if (ctx == nullptr) return;
-  Record* r = context_record(ctx);
-  r->end_ns = t;
-  r->flags = uint8_t(r->flags & ~kFlagUnfinished);
+  __atomic_store_n(&context_record(ctx)->end_ns, t, __ATOMIC_RELAXED);
 }
 
 // Receives the allocator reports (c10::reportMemoryUsageToProfiler) of the
@@ -1139,7 +1183,9 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
   }
   static bool prepared = false;  // once per process, under g_session_mu
   if (!prepared) {
+    clear_state_slots();
     g_own_name_offset = find_own_name_offset();
+    g_async_offset = find_async_offset();
     // kept for the life of the process: the listener must outlive every cached pointer
     new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
         std::make_unique<NameEpochListener>()));
@@ -1155,7 +1201,9 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
     push_reporter();
     g_memory_generation.store(s->generation, std::memory_order_release);
   }
-  auto cb = at::RecordFunctionCallback(on_start, on_end)
+  bool fast = g_use_tsc && g_own_name_offset >= 0 && g_async_offset >= 0;
+  auto cb = at::RecordFunctionCallback(fast ? on_start_fast : on_start_general,
+                                       g_use_tsc ? on_end<true> : on_end<false>)
                 .needsInputs(record_shapes)
                 .needsIds(false);
   g_handle = at::addGlobalCallback(cb);
@@ -1185,15 +1233,16 @@ void free_finished_chunks(ThreadBuffer& t) {
     size_t k = t.used_in(c);
     bool held = false;
     for (size_t i = 0; i < k && !held; ++i) {
-      uint8_t flags = __atomic_load_n(&slot_record(slots + i * kSlotBytes)->flags,
-                                      __ATOMIC_ACQUIRE);
-      held = (flags & (kFlagUnfinished | kFlagContextHeld)) != 0;
+      const Record* r = slot_record(slots + i * kSlotBytes);
+      uint8_t flags = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+      held = (flags & kFlagContextHeld) != 0 || __atomic_load_n(&r->end_ns, __ATOMIC_RELAXED) == 0;
     }
     if (!held) t.chunks[c].reset();
   }
 }
 
-// Copies a thread's records out of their slots; the internal flag is cleared.
+// Copies a thread's records out of their slots: the internal flag is cleared,
+// and a record not ended yet (end 0) is flagged unfinished.
 Record* copy_records(const ThreadBuffer& t, Record* dst) {
   for (size_t c = 0; c < t.chunks.size(); ++c) {
     const char* slots = t.chunks[c].get();
@@ -1201,6 +1250,7 @@ Record* copy_records(const ThreadBuffer& t, Record* dst) {
     for (size_t i = 0; i < k; ++i, ++dst) {
       std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
       dst->flags = uint8_t(dst->flags & ~kFlagContextHeld);
+      if (dst->end_ns == 0) dst->flags = uint8_t(dst->flags | kFlagUnfinished);
     }
   }
   return dst;
