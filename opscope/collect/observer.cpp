@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -324,6 +325,7 @@ struct NameCacheSlot {
   const char* ptr = nullptr;
   const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
   uint64_t last_mask = 0;  // the bytes of the last word up to the NUL
+  size_t size = 0;  // the name's length
   uint32_t n_words = 0;
   int32_t id = -1;
 };
@@ -336,8 +338,9 @@ struct NameMap {
     const char* str;  // interned copy; nullptr: empty
     size_t len;
     int32_t id;
+    const uint64_t* words;  // the name zero-padded to whole words (NameCacheSlot::words)
   };
-  std::vector<Entry> table = std::vector<Entry>(64, Entry{0, nullptr, 0, -1});
+  std::vector<Entry> table = std::vector<Entry>(64, Entry{0, nullptr, 0, -1, nullptr});
   size_t used = 0;
 
   static uint64_t hash_of(const char* s, size_t n) {
@@ -362,24 +365,27 @@ struct NameMap {
       if (e.hash == h && e.len == n && std::memcmp(e.str, s, n) == 0) return &e;
     }
   }
-  void insert(const char* str, size_t n, uint64_t h, int32_t id) {
+  const Entry* insert(const char* str, size_t n, uint64_t h, int32_t id, const uint64_t* words) {
     if (2 * (used + 1) > table.size()) {
-      std::vector<Entry> old(table.size() * 2, Entry{0, nullptr, 0, -1});
+      std::vector<Entry> old(table.size() * 2, Entry{0, nullptr, 0, -1, nullptr});
       old.swap(table);
       for (const Entry& e : old) {
         if (e.str != nullptr) place(e);
       }
     }
-    place(Entry{h, str, n, id});
     ++used;
+    return place(Entry{h, str, n, id, words});
   }
-  void place(const Entry& e) {
+  const Entry* place(const Entry& e) {
     size_t mask = table.size() - 1;
     size_t i = e.hash & mask;
     while (table[i].str != nullptr) i = (i + 1) & mask;
     table[i] = e;
+    return &table[i];
   }
 };
+
+constexpr uint8_t kGeneral = 0, kPlain = 1, kInputs = 2;
 
 // Names that live in an operator's schema: the pointer identifies the name
 // for as long as the operator is registered (see g_names_epoch).
@@ -393,7 +399,9 @@ struct ThreadState {
   bool record_shapes = false;
   bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
-  bool plain = false;  // joined, not skipped, no inputs, no stacks: on_start's fast path
+  // on_start_fast's case: joined, not skipped, no stacks; kPlain without
+  // inputs, kInputs with them; else kGeneral
+  uint8_t fast_mode = 0;
   uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
   SchemaNameSlot schema_names[256];
   ThreadBuffer* buffer = nullptr;
@@ -401,8 +409,7 @@ struct ThreadState {
   uint64_t rf_thread = 0;  // its slot in g_state_by_rf_thread, or 0
   NameCacheSlot cache[256];
   NameMap by_content;
-  std::deque<std::vector<uint64_t>> padded;  // NameCacheSlot::words, one per name seen
-  std::unordered_map<int32_t, const std::vector<uint64_t>*> padded_by_id;
+  std::deque<std::vector<uint64_t>> padded;  // NameMap::Entry::words, one per name seen
   ~ThreadState();
 };
 
@@ -498,7 +505,7 @@ std::ptrdiff_t find_own_name_offset() {
   const char* name = probe.name();
   const char* base = reinterpret_cast<const char*>(&probe);
   std::ptrdiff_t at = name - base - std::ptrdiff_t(2 * sizeof(void*));  // {data, size, buffer}
-  if (at < 0 || size_t(at) + 4 * sizeof(void*) > sizeof(at::RecordFunction)) return -1;
+  if (at < 0 || size_t(at) + sizeof(std::string) + 1 > sizeof(at::RecordFunction)) return -1;
   const char* data;
   size_t size;
   std::memcpy(&data, base + at, sizeof(data));
@@ -521,7 +528,40 @@ inline bool owns_name(const at::RecordFunction& fn, const char* name) {
   return g_own_name_offset < 0 || descriptor_key(fn) == reinterpret_cast<uintptr_t>(name);
 }
 
-inline size_t key_slot(uintptr_t key) { return ((key >> 4) ^ (key >> 12)) & 255; }
+inline size_t key_slot(uintptr_t key) { return (key >> 4) & 255; }
+
+// Names fn holds are cached by pointer and length: a buffer reused for names
+// of other lengths (autograd's "evaluate_function: ..." ones) then lands in
+// other slots.
+inline size_t own_name_slot(uintptr_t ptr, size_t size) { return ((ptr >> 4) + size * 37) & 255; }
+
+// The length of the name fn holds (std::string: {data, size, ...}).
+inline size_t own_name_size(const at::RecordFunction& fn) {
+  size_t size;
+  std::memcpy(&size, reinterpret_cast<const char*>(&fn) + g_own_name_offset + sizeof(void*),
+              sizeof(size));
+  return size;
+}
+
+// Which alternative fn's name is: the byte after the std::string in
+// at::RecordFunction's variant (0: a name of its own, 1: a schema). Trusted
+// by on_start_fast only once name_id has seen both values where expected and
+// never another (g_variant_index_checks == kIndexConfirmed).
+constexpr int kIndexSchemaSeen = 1, kIndexOwnSeen = 2, kIndexContradicted = 4;
+constexpr int kIndexConfirmed = kIndexSchemaSeen | kIndexOwnSeen;
+std::atomic<int> g_variant_index_checks{0};
+
+inline uint8_t variant_index(const at::RecordFunction& fn) {
+  return uint8_t(reinterpret_cast<const char*>(&fn)[g_own_name_offset + sizeof(std::string)]);
+}
+
+inline void check_variant_index(const at::RecordFunction& fn, bool owned) {
+  int bit = variant_index(fn) == (owned ? 0 : 1)
+                ? (owned ? kIndexOwnSeen : kIndexSchemaSeen) : kIndexContradicted;
+  if ((g_variant_index_checks.load(std::memory_order_relaxed) & bit) == 0) {
+    g_variant_index_checks.fetch_or(bit, std::memory_order_relaxed);
+  }
+}
 
 // Where isAsync() reads its flag inside an at::RecordFunction: found once by
 // marking a fresh RecordFunction async and seeing which byte changes; -1 if
@@ -544,37 +584,29 @@ std::ptrdiff_t find_async_offset() {
 }
 std::ptrdiff_t g_async_offset = -1;  // set by start(), as g_own_name_offset
 
+// A name by content (n: its length): from the thread's map, or interned;
+// fills the cache slot c with it.
 __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c,
-                                               const char* name) {
-  size_t n = std::strlen(name);
+                                               const char* name, size_t n) {
   uint64_t h = NameMap::hash_of(name, n);
   const NameMap::Entry* e = ts.by_content.find(name, n, h);
-  int32_t id;
-  if (e != nullptr) {
-    id = e->id;
-  } else {
+  if (e == nullptr) {
+    int32_t id;
     const char* str = g_names.intern(name, &id)->c_str();  // interned copies never move
-    ts.by_content.insert(str, n, h, id);
-  }
-  auto found = ts.padded_by_id.find(id);
-  const std::vector<uint64_t>* words;
-  if (found != ts.padded_by_id.end()) {
-    words = found->second;
-  } else {
     ts.padded.emplace_back(n / 8 + 1, 0);
     std::memcpy(ts.padded.back().data(), name, n);
-    words = &ts.padded.back();
-    ts.padded_by_id.emplace(id, words);
+    e = ts.by_content.insert(str, n, h, id, ts.padded.back().data());
   }
   // Only 8-byte aligned names use the cache (every std::string's are): a
   // word read there never crosses a page, so same_name may read a whole word.
   bool aligned = (reinterpret_cast<uintptr_t>(name) & 7) == 0;
   c.ptr = aligned ? name : nullptr;
-  c.words = words->data();
-  c.n_words = uint32_t(words->size());
+  c.words = e->words;
+  c.n_words = uint32_t(n / 8 + 1);
   c.last_mask = n % 8 == 7 ? ~0ULL : (1ULL << (8 * (n % 8 + 1))) - 1;
-  c.id = id;
-  return id;
+  c.size = n;
+  c.id = e->id;
+  return c.id;
 }
 
 // Whether the aligned name equals the cached one, NUL included: compares
@@ -598,7 +630,9 @@ inline size_t name_slot(const char* name) {
 }
 
 int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name) {
-  if (!owns_name(fn, name)) {  // an operator's schema name: the pointer is the key
+  bool owned = owns_name(fn, name);
+  if (g_own_name_offset >= 0) check_variant_index(fn, owned);
+  if (!owned) {  // an operator's schema name: the pointer is the key
     uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
     if (ts.names_epoch != epoch) {
       for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
@@ -608,7 +642,7 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
     SchemaNameSlot& s = ts.schema_names[key_slot(key)];
     if (s.key != key) {
       NameCacheSlot scratch;
-      s.id = name_id_slow(ts, scratch, name);
+      s.id = name_id_slow(ts, scratch, name, std::strlen(name));
       s.key = key;
     }
     return s.id;
@@ -616,9 +650,10 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
   // A name fn holds: its pointer may be reused for another name, so a
   // pointer hit is validated by content, and a new pointer to a known name
   // hits the content map.
-  NameCacheSlot& c = ts.cache[name_slot(name)];
-  if (__builtin_expect(c.ptr == name, 1) && same_name(c, name)) return c.id;
-  return name_id_slow(ts, c, name);
+  size_t size = g_own_name_offset >= 0 ? own_name_size(fn) : std::strlen(name);
+  NameCacheSlot& c = ts.cache[own_name_slot(reinterpret_cast<uintptr_t>(name), size)];
+  if (__builtin_expect(c.ptr == name && c.size == size, 1) && same_name(c, name)) return c.id;
+  return name_id_slow(ts, c, name, size);
 }
 
 // Input encoding, one entry per input, read by model/records.py:decode_inputs.
@@ -724,7 +759,7 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   ts.buffer = g_session->add_thread();  // workers too: their allocations count
   ts.record_shapes = g_session->record_shapes;
   ts.with_stack = g_session->with_stack;
-  ts.plain = !ts.skip && !ts.record_shapes && !ts.with_stack;
+  ts.fast_mode = (ts.skip || ts.with_stack) ? kGeneral : ts.record_shapes ? kInputs : kPlain;
   return !ts.skip;
 }
 
@@ -1022,7 +1057,7 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 // and returns the context living in that slot. kFast: the caller checked that
 // the chunk has room, the session needs neither inputs nor stacks, and the
 // clock is the TSC, so nothing here calls out.
-template <bool kFast>
+template <bool kFast, bool kWithInputs = false>
 inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
                                                         ThreadState& ts, uint64_t gen,
                                                         int32_t name_id, bool async) {
@@ -1041,15 +1076,22 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     slot = buf->next_slot();
   }
   Record* r = slot_record(slot);
-  r->name_id = name_id;
-  r->thread_index = buf->index;
+  r->name_id = name_id;  // thread_index: filled in by copy_records
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
   r->rf_thread_id = uint32_t(fn.threadId());
   r->shape_offset = kNoShapes;
-  r->scope = uint8_t(fn.scope());
-  r->flags = kFlagContextHeld | (async ? kFlagAsync : 0);
-  r->pad = 0;
+  // scope, flags and pad as one store
+  uint32_t tail = uint32_t(uint8_t(fn.scope())) |
+                  (uint32_t(kFlagContextHeld | (uint8_t(async) << 1)) << 8);
+  static_assert(offsetof(Record, flags) == offsetof(Record, scope) + 1 &&
+                offsetof(Record, pad) == offsetof(Record, scope) + 2 && kFlagAsync == 2,
+                "scope, flags, pad are one word");
+  std::memcpy(&r->scope, &tail, sizeof(tail));
+  if (kWithInputs && fn.needsInputs()) {
+    r->shape_offset = uint32_t(buf->shapes.size);
+    encode_inputs(fn, buf->shapes);
+  }
   if (!kFast) {
     if (ts.record_shapes && fn.needsInputs()) {
       r->shape_offset = uint32_t(buf->shapes.size);
@@ -1079,22 +1121,44 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
   return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync());
 }
 
+// on_start_fast for a name fn holds (autograd nodes, ranges): found in the
+// cache by pointer and length, checked by content.
+template <bool kWithInputs>
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
+    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
+  if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
+      variant_index(fn) == 0) {
+    size_t size = own_name_size(fn);
+    const char* name = reinterpret_cast<const char*>(key);
+    const NameCacheSlot& c = ts.cache[own_name_slot(key, size)];
+    if (c.ptr == name && c.size == size && same_name(c, name)) {
+      return write_start<true, kWithInputs>(fn, ts, gen, c.id, async);
+    }
+  }
+  return on_start_general(fn);
+}
+
 // The common case, registered when the TSC is the clock and both offsets
 // into at::RecordFunction are known: a thread already in a session without
 // inputs or stacks, running an operator seen since the last deregistration.
-// It reads fn's fields directly and calls nothing.
+// It reads fn's fields directly and calls nothing. kWithInputs: the session
+// records inputs (and no stacks); the inputs are encoded too.
+template <bool kWithInputs>
 std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn) {
   uintptr_t key = descriptor_key(fn);
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   ThreadState* ts = state_slot(fn.threadId()).load(std::memory_order_relaxed);
-  if (__builtin_expect(ts->self == thread_pointer() && ts->generation == gen && ts->plain, 1)) {
+  if (__builtin_expect(ts->self == thread_pointer() && ts->generation == gen &&
+                           ts->fast_mode == (kWithInputs ? kInputs : kPlain) &&
+                           ts->buffer->cursor != ts->buffer->limit, 1)) {
+    // the byte is 0 or 1 (find_async_offset saw it go from one to the other)
+    bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
     const SchemaNameSlot& s = ts->schema_names[key_slot(key)];
-    const ThreadBuffer* buf = ts->buffer;
-    if (__builtin_expect(s.key == key && buf->cursor != buf->limit &&
+    if (__builtin_expect(s.key == key &&
                          ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
-      bool async = reinterpret_cast<const char*>(&fn)[g_async_offset] != 0;
-      return write_start<true>(fn, *ts, gen, s.id, async);
+      return write_start<true, kWithInputs>(fn, *ts, gen, s.id, async);
     }
+    return on_start_own_name<kWithInputs>(fn, *ts, gen, key, async);
   }
   return on_start_general(fn);
 }
@@ -1202,7 +1266,9 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
     g_memory_generation.store(s->generation, std::memory_order_release);
   }
   bool fast = g_use_tsc && g_own_name_offset >= 0 && g_async_offset >= 0;
-  auto cb = at::RecordFunctionCallback(fast ? on_start_fast : on_start_general,
+  auto first = !fast || with_stack ? on_start_general
+               : record_shapes ? on_start_fast<true> : on_start_fast<false>;
+  auto cb = at::RecordFunctionCallback(first,
                                        g_use_tsc ? on_end<true> : on_end<false>)
                 .needsInputs(record_shapes)
                 .needsIds(false);
@@ -1249,6 +1315,7 @@ Record* copy_records(const ThreadBuffer& t, Record* dst) {
     size_t k = t.used_in(c);
     for (size_t i = 0; i < k; ++i, ++dst) {
       std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
+      dst->thread_index = t.index;
       dst->flags = uint8_t(dst->flags & ~kFlagContextHeld);
       if (dst->end_ns == 0) dst->flags = uint8_t(dst->flags | kFlagUnfinished);
     }
