@@ -528,12 +528,23 @@ inline bool owns_name(const at::RecordFunction& fn, const char* name) {
   return g_own_name_offset < 0 || descriptor_key(fn) == reinterpret_cast<uintptr_t>(name);
 }
 
-inline size_t key_slot(uintptr_t key) { return (key >> 4) & 255; }
+// Multiplicative: schemas sit in torch's operator table at regular strides,
+// which low address bits alone would send to a few slots.
+inline size_t key_slot(uintptr_t key) { return size_t((key * 0x9e3779b97f4a7c15ULL) >> 56); }
 
-// Names fn holds are cached by pointer and length: a buffer reused for names
-// of other lengths (autograd's "evaluate_function: ..." ones) then lands in
-// other slots.
-inline size_t own_name_slot(uintptr_t ptr, size_t size) { return ((ptr >> 4) + size * 37) & 255; }
+// Names fn holds are cached by content: autograd builds its
+// "evaluate_function: ..." names anew for each call, at varying addresses.
+// The slot comes from the length and the first and last words (name must be
+// 8-byte aligned, as std::string's buffers are; the last word holds the NUL,
+// so no read leaves the name's own words), and a hit is checked in full.
+__attribute__((no_sanitize_address)) inline size_t own_name_slot(const char* name, size_t size) {
+  uint64_t first, last;
+  std::memcpy(&first, name, 8);
+  std::memcpy(&last, name + 8 * (size / 8), 8);
+  uint64_t mask = size % 8 == 7 ? ~0ULL : (1ULL << (8 * (size % 8 + 1))) - 1;
+  uint64_t h = (first * 0x9e3779b97f4a7c15ULL) ^ ((last & mask) * 0xc2b2ae3d27d4eb4fULL) ^ size;
+  return size_t(h >> 56);
+}
 
 // The length of the name fn holds (std::string: {data, size, ...}).
 inline size_t own_name_size(const at::RecordFunction& fn) {
@@ -651,8 +662,12 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
   // pointer hit is validated by content, and a new pointer to a known name
   // hits the content map.
   size_t size = g_own_name_offset >= 0 ? own_name_size(fn) : std::strlen(name);
-  NameCacheSlot& c = ts.cache[own_name_slot(reinterpret_cast<uintptr_t>(name), size)];
-  if (__builtin_expect(c.ptr == name && c.size == size, 1) && same_name(c, name)) return c.id;
+  if ((reinterpret_cast<uintptr_t>(name) & 7) != 0) {  // not a std::string's buffer
+    NameCacheSlot scratch;
+    return name_id_slow(ts, scratch, name, size);
+  }
+  NameCacheSlot& c = ts.cache[own_name_slot(name, size)];
+  if (__builtin_expect(c.size == size && c.words != nullptr, 1) && same_name(c, name)) return c.id;
   return name_id_slow(ts, c, name, size);
 }
 
@@ -692,25 +707,34 @@ void encode_tensor(const at::Tensor& t, InputWords& out) {
   out.commit(size_t(3 + 2 * nd));
 }
 
-// Lists are told apart by element type only for lists (one tag test first).
+// An IValue's 8-byte payload (its first member): an int's value, a double's bits.
+static_assert(sizeof(c10::IValue) == 16, "IValue: an 8-byte payload, then its tag");
+inline int64_t payload_word(const c10::IValue& v) {
+  int64_t w;
+  std::memcpy(&w, static_cast<const void*>(&v), sizeof(w));
+  return w;
+}
+
+// Lists are told apart by element type only for lists (one tag test first);
+// their elements are read in place (no list handle copied, no refcount).
 void encode_list(const c10::IValue& v, InputWords& out) {
   if (v.isTensorList()) {
-    put(out, 5, int64_t(v.toTensorList().size()));
+    put(out, 5, int64_t(v.toListRef().size()));
   } else if (v.isIntList()) {
-    auto l = v.toIntList();
+    c10::ArrayRef<c10::IValue> l = v.toListRef();
     size_t n = l.size();
     int64_t* w = out.reserve(2 + n);
     w[0] = 6;
     w[1] = int64_t(n);
-    for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i);
+    for (size_t i = 0; i < n; ++i) w[2 + i] = payload_word(l[i]);
     out.commit(2 + n);
   } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
-    auto l = v.toBoolList();
+    c10::ArrayRef<c10::IValue> l = v.toListRef();
     size_t n = l.size();
     int64_t* w = out.reserve(2 + n);
     w[0] = 6;
     w[1] = int64_t(n);
-    for (size_t i = 0; i < n; ++i) w[2 + i] = l.get(i) ? 1 : 0;
+    for (size_t i = 0; i < n; ++i) w[2 + i] = l[i].toBool() ? 1 : 0;
     out.commit(2 + n);
   } else {
     put(out, 0);
@@ -731,12 +755,9 @@ void encode_inputs(const at::RecordFunction& fn, InputWords& out) {
     } else if (v.isNone()) {
       put(out, 0);
     } else if (v.isInt()) {
-      put(out, 2, v.toInt());
+      put(out, 2, payload_word(v));
     } else if (v.isDouble()) {
-      double d = v.toDouble();
-      int64_t bits;
-      std::memcpy(&bits, &d, sizeof(bits));
-      put(out, 3, bits);
+      put(out, 3, payload_word(v));  // the double's bits
     } else if (v.isBool()) {
       put(out, 4, v.toBool() ? 1 : 0);
     } else if (v.isList()) {
@@ -1127,13 +1148,13 @@ template <bool kWithInputs>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
   if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
-      variant_index(fn) == 0) {
+      variant_index(fn) == 0 && (key & 7) == 0) {
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
-    const NameCacheSlot& c = ts.cache[own_name_slot(key, size)];
-    if (c.ptr == name && c.size == size && same_name(c, name)) {
-      return write_start<true, kWithInputs>(fn, ts, gen, c.id, async);
-    }
+    NameCacheSlot& c = ts.cache[own_name_slot(name, size)];
+    int32_t id = (c.size == size && c.words != nullptr && same_name(c, name))
+                     ? c.id : name_id_slow(ts, c, name, size);
+    return write_start<true, kWithInputs>(fn, ts, gen, id, async);
   }
   return on_start_general(fn);
 }
