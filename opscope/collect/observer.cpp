@@ -321,8 +321,10 @@ std::atomic<uint64_t> g_active_generation{0};  // 0: not recording
 uint64_t g_last_generation = 0;
 at::CallbackHandle g_handle = 0;
 
+// A name a RecordFunction holds, cached by content (own_name_slot); names
+// reach it only from 8-byte aligned buffers (std::string's), so same_name may
+// read them a whole aligned word at a time without leaving their page.
 struct NameCacheSlot {
-  const char* ptr = nullptr;
   const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
   uint64_t last_mask = 0;  // the bytes of the last word up to the NUL
   size_t size = 0;  // the name's length
@@ -386,6 +388,10 @@ struct NameMap {
 };
 
 constexpr uint8_t kGeneral = 0, kPlain = 1, kInputs = 2;
+// Direct-mapped name caches, large enough that a step's few dozen names
+// rarely share a slot (two that do would evict each other at every call).
+constexpr int kNameSlotBits = 10;
+constexpr size_t kNameSlots = size_t(1) << kNameSlotBits;
 
 // Names that live in an operator's schema: the pointer identifies the name
 // for as long as the operator is registered (see g_names_epoch).
@@ -403,11 +409,11 @@ struct ThreadState {
   // inputs, kInputs with them; else kGeneral
   uint8_t fast_mode = 0;
   uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
-  SchemaNameSlot schema_names[256];
+  SchemaNameSlot schema_names[kNameSlots];
   ThreadBuffer* buffer = nullptr;
   uintptr_t self = 0;  // the owning thread's thread pointer (thread_pointer())
   uint64_t rf_thread = 0;  // its slot in g_state_by_rf_thread, or 0
-  NameCacheSlot cache[256];
+  NameCacheSlot cache[kNameSlots];
   NameMap by_content;
   std::deque<std::vector<uint64_t>> padded;  // NameMap::Entry::words, one per name seen
   ~ThreadState();
@@ -530,7 +536,9 @@ inline bool owns_name(const at::RecordFunction& fn, const char* name) {
 
 // Multiplicative: schemas sit in torch's operator table at regular strides,
 // which low address bits alone would send to a few slots.
-inline size_t key_slot(uintptr_t key) { return size_t((key * 0x9e3779b97f4a7c15ULL) >> 56); }
+inline size_t key_slot(uintptr_t key) {
+  return size_t((key * 0x9e3779b97f4a7c15ULL) >> (64 - kNameSlotBits));
+}
 
 // Names fn holds are cached by content: autograd builds its
 // "evaluate_function: ..." names anew for each call, at varying addresses.
@@ -543,7 +551,7 @@ __attribute__((no_sanitize_address)) inline size_t own_name_slot(const char* nam
   std::memcpy(&last, name + 8 * (size / 8), 8);
   uint64_t mask = size % 8 == 7 ? ~0ULL : (1ULL << (8 * (size % 8 + 1))) - 1;
   uint64_t h = (first * 0x9e3779b97f4a7c15ULL) ^ ((last & mask) * 0xc2b2ae3d27d4eb4fULL) ^ size;
-  return size_t(h >> 56);
+  return size_t(h >> (64 - kNameSlotBits));
 }
 
 // The length of the name fn holds (std::string: {data, size, ...}).
@@ -608,10 +616,6 @@ __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c
     std::memcpy(ts.padded.back().data(), name, n);
     e = ts.by_content.insert(str, n, h, id, ts.padded.back().data());
   }
-  // Only 8-byte aligned names use the cache (every std::string's are): a
-  // word read there never crosses a page, so same_name may read a whole word.
-  bool aligned = (reinterpret_cast<uintptr_t>(name) & 7) == 0;
-  c.ptr = aligned ? name : nullptr;
   c.words = e->words;
   c.n_words = uint32_t(n / 8 + 1);
   c.last_mask = n % 8 == 7 ? ~0ULL : (1ULL << (8 * (n % 8 + 1))) - 1;
@@ -636,10 +640,6 @@ __attribute__((no_sanitize_address)) inline bool same_name(const NameCacheSlot& 
   return ((x ^ w[last]) & c.last_mask) == 0;
 }
 
-inline size_t name_slot(const char* name) {
-  return (reinterpret_cast<uintptr_t>(name) >> 4) & 255;
-}
-
 int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name) {
   bool owned = owns_name(fn, name);
   if (g_own_name_offset >= 0) check_variant_index(fn, owned);
@@ -658,9 +658,8 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
     }
     return s.id;
   }
-  // A name fn holds: its pointer may be reused for another name, so a
-  // pointer hit is validated by content, and a new pointer to a known name
-  // hits the content map.
+  // A name fn holds (or any name, when the layout is unknown): its buffer may
+  // be reused for another name, so it is looked up by content.
   size_t size = g_own_name_offset >= 0 ? own_name_size(fn) : std::strlen(name);
   if ((reinterpret_cast<uintptr_t>(name) & 7) != 0) {  // not a std::string's buffer
     NameCacheSlot scratch;
