@@ -187,6 +187,8 @@ def total_instructions(dump: str) -> int:
 
 _ANNOTATE_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*?)\s*$")
 _SOURCE_FILE = re.compile(r"^(\?\?\?|[^\s:]*[/.][^\s:]*):(?!:)")
+_RETURN_TYPE = re.compile(r"^(?:void |std::unique_ptr<at::ObserverContext, "
+                          r"std::default_delete<at::ObserverContext> > )")
 
 
 def self_by_function(dump: str) -> Dict[str, int]:
@@ -217,6 +219,7 @@ def _short(function: str) -> str:
     """A function as callgrind_annotate names it, without argument lists and paths."""
     name = re.sub(r"\s*\[[^\]]*\]$", "", function)  # the object file
     name = _SOURCE_FILE.sub("", name)
+    name = _RETURN_TYPE.sub("", name)  # a template instance's return type
     return name.replace("(anonymous namespace)::", "").replace("|", "\\|")[:90]
 
 

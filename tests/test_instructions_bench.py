@@ -39,6 +39,9 @@ def test_rows_subtract_each_floor_and_compare_with_before():
      "on_end(at::RecordFunction const&)"),
     ("./malloc/./malloc/malloc.c:_int_free [/usr/lib/libc.so.6]", "_int_free"),
     ("???:c10::IValue::toInt() const", "c10::IValue::toInt() const"),
+    ("???:std::unique_ptr<at::ObserverContext, std::default_delete<at::ObserverContext> > "
+     "(anonymous namespace)::on_start_fast<false>(at::RecordFunction const&)",
+     "on_start_fast<false>(at::RecordFunction const&)"),
 ])
 def test_function_names_are_shortened(raw, short):
     assert instructions._short(raw) == short
