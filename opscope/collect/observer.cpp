@@ -2,6 +2,13 @@
 // fixed-size records into per-thread chunks. No Python object is created on
 // the hot path; Python decodes the chunks once, at stop.
 //
+// Per op (bench/instructions.py counts it): on_start_fast finds the thread's
+// state through torch's thread number, the op's name id through the schema
+// reference the RecordFunction holds, writes the record and returns the
+// context that lives beside it in its slot; it calls nothing. on_end stamps
+// the end; torch's delete of the context marks the slot released. Anything
+// else (a first sight, inputs, stacks, another clock) takes on_start_general.
+//
 // Layout of one record (48 bytes), mirrored by opscope/model/records.py (RECORD_DTYPE):
 //   int64 start_ns, int64 end_ns, int64 seq_nr,
 //   int32 name_id, int32 thread_index, uint32 fwd_thread_id, uint32 rf_thread_id,
