@@ -290,12 +290,38 @@ def main() -> None:
                          ops), args)
 
 
+# What is left per op and what limits the 1/3 targets, from the --by-function breakdown at
+# commit 7e5f6a0 (figures in instructions per op).
+LIMITS_NOTE = (
+    "What is left, and what limits the 1/3 targets (breakdown at 7e5f6a0, instructions per "
+    "op). opscope's own functions add 88 per tiny op to the empty observer (213 before): "
+    "on_start_fast 75 (it calls nothing: the thread's state through torch's thread number, "
+    "checked against the thread pointer, about 17; the name id through the schema reference "
+    "the RecordFunction holds, about 10; the handshake with stop(), a locked exchange and a "
+    "re-read, 6; reading six fields of the RecordFunction and writing the 48-byte record and "
+    "its context, about 30; the TSC read and the return), on_end 7, and torch deleting the "
+    "context opscope returns (its virtual delete 6, our release mark 4). The table's excess "
+    "is that plus the interpreter's pymalloc, which differs between rows by 5 to 15 either "
+    "way; a third of 213 is 71. Going lower would mean returning no context (on_end could no "
+    "longer find its record when a range ends on another thread or out of order) or no "
+    "handshake (stop() could free a chunk an on_start is still writing). On the MLP step, "
+    "22% of the ops are ranges that hold their own name (autograd's evaluate_function and "
+    "node ranges, whose names torch builds anew at each call): each is found by content, a "
+    "whole-name compare of about 50 bytes, about 140 instructions per such op, 31 per op "
+    "on average (on_start_own_name). With record_shapes, encoding the inputs is 147 (MLP) "
+    "to 197 (tiny op: two tensors and an int) per op: per tensor, dim, sizes, layout, "
+    "strides and dtype through TensorImpl's policy checks; per list input, torch's "
+    "out-of-line isTensorList/isIntList type checks (about 20 per op on the MLP step).")
+
+
 def result(table: List[list], target_rows: List[dict], breakdown: List[list], command: str,
            sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int]) -> dict:
     """The script's result (see common.py); no rows when valgrind is missing."""
     notes = [_method_note(sizes)]
     if not table:
         notes.insert(0, "valgrind is not installed on this machine: no figures.")
+    if table:
+        notes.append(LIMITS_NOTE)
     if breakdown:
         notes.append("opscope's own instructions per op by function (self instructions in "
                      "the opscope row minus the floor row, per op; `--by-function`):\n\n"
