@@ -214,7 +214,9 @@ def by_function(dumps: Dict[tuple, str], ops: Dict[str, int], row: str, workload
     n = ops[workload]
     diff = {f: (mine.get(f, 0) - base.get(f, 0)) / n for f in set(mine) | set(base)}
     top = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:limit]
-    return [[workload, row, _short(f), round(v, 1)] for f, v in top if abs(v) >= 0.5]
+    own = sum(v for f, v in diff.items() if "opscope_observer" in f)
+    return [[workload, row, _short(f), round(v, 1)] for f, v in top if abs(v) >= 0.5] + [
+        [workload, row, "**all functions of opscope's observer**", round(own, 1)]]
 
 
 def _short(function: str) -> str:
@@ -346,11 +348,11 @@ def _method_note(sizes: Dict[str, dict]) -> str:
             "RecordFunction machinery alone (with needsInputs for record_shapes), so an "
             "opscope row's excess is opscope's own callbacks. Workloads: "
             + "; ".join(f"{k} {v}" for k, v in sizes.items())
-            + ", one intra-op thread. Deterministic: a rerun gives the same figures to within "
-            "a few instructions per op; the torch.profiler rows' 'excess / before' (code that "
-            "did not change) shows how close. The interpreter's own allocator (pymalloc) "
-            "differs by up to about 15 instructions per op between rows, either way, as the "
-            "heap's state differs; `--by-function` lists it.")
+            + ", one intra-op thread. opscope's own functions count the same in every run; "
+            "the table's excess also holds what the heap's state changes between rows and "
+            "runs (the interpreter's pymalloc, malloc): up to about 15 instructions per op "
+            "either way, as the torch.profiler rows' 'excess / before' (code that did not "
+            "change) and `--by-function` show.")
 
 
 if __name__ == "__main__":
