@@ -66,6 +66,31 @@ def opscope_features() -> dict:
             "with_modules": bool(prof.session.modules)}
 
 
+# Issue 19: opscope over its floor (the empty observer, with inputs for record_shapes),
+# as ratios to unprofiled in the same interleaved run, and below torch.profiler.
+FLOOR_MARGINS = (("mlp", "default", 0.05), ("tiny_ops", "default", 0.03),
+                 ("mlp", "record_shapes", 0.08))
+
+
+def floor_targets(find) -> list:
+    """Issue 19's wall-time targets for the rows this run measured (with the floor)."""
+    out = []
+    for wl, cfg, margin in FLOOR_MARGINS:
+        r = find(wl, cfg)
+        if r is None or r["empty_observer_over_unprofiled"] is None:
+            continue
+        fl, ours, theirs = (r["empty_observer_over_unprofiled"], r["opscope_over_unprofiled"],
+                            r["torch_over_unprofiled"])
+        floor_name = "floor with inputs" if cfg == "record_shapes" else "floor"
+        out.append(common.target(
+            f"{wl}, {cfg}: opscope ratio ≤ {floor_name} + {margin}", ours - fl, margin, "",
+            f"opscope {ours:.3f}x, {floor_name} {fl:.3f}x", r["command"]))
+        out.append(common.target(
+            f"{wl}, {cfg}: opscope below torch.profiler", ours / theirs, 1.0, "",
+            f"opscope {ours:.3f}x, torch {theirs:.3f}x", r["command"]))
+    return out
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--workload", action="append", choices=NAMES,
@@ -135,6 +160,7 @@ def main() -> None:
             if cfg == "shapes_stack_memory" and missing:
                 t["comparable"] = False
             targets.append(t)
+    targets += floor_targets(find)
     notes = [f"opscope collector: {collector}. Times are medians in ms of the workload inside "
              "the profile block (entering and leaving it not included); each repetition runs "
              "unprofiled, torch and opscope in rotating order, after one warm-up of each "

@@ -22,7 +22,7 @@ from typing import List
 import common
 
 SCRIPTS = ("overhead.py", "postprocess.py", "trace_size.py", "collector_memory.py",
-           "record_function_idle.py", "feature_costs.py", "ranks_scale.py")
+           "record_function_idle.py", "feature_costs.py", "ranks_scale.py", "instructions.py")
 
 
 def run_script(script: str, quick: bool, folder: str) -> dict:
