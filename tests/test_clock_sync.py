@@ -34,7 +34,8 @@ def run_job(folder: Path, sync: str, *args: str):
     """The clock job on WORLD ranks; each rank's trace metadata, by rank."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep), OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
+        [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep), OMP_NUM_THREADS="1",
+        PYTHONFAULTHANDLER="1")
     env.pop("OPSCOPE_CLOCK_SYNC", None)
     if sync:
         env["OPSCOPE_CLOCK_SYNC"] = sync
