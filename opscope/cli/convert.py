@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from opscope.cli.errors import UsageError
+from opscope.cli.options import at_least_one
 
 SUMMARY = "convert saved traces (opscope or torch.profiler) into an opscope store"
 DESCRIPTION = """\
@@ -31,16 +32,6 @@ bounded memory, one at a time. An existing store gets the new windows after
 its own; any other existing path is refused."""
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of processes >= 1, got {text!r}")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``convert`` verb."""
     from opscope.cli.options import add_max_trace_size
@@ -51,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="trace files, or folders of them")
     parser.add_argument("-o", "--output", metavar="STORE", required=True,
                         help="the store folder to write (new, or an existing store)")
-    parser.add_argument("--jobs", metavar="N", type=_jobs, default=1,
+    parser.add_argument("--jobs", metavar="N", default=1,
+                        type=at_least_one("a number of processes"),
                         help="processes converting ranks side by side (default: 1); "
                              "each holds one trace's session")
     add_max_trace_size(parser)

@@ -53,6 +53,25 @@ def parse_schedule(text: str) -> ScheduleSpec:
     return spec
 
 
+def at_least_one(what: str):
+    """An argparse ``type``: an integer >= 1, else a usage error naming ``what`` it is.
+
+    >>> at_least_one("a number of processes")("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a number of processes >= 1, got '0'
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"expected {what} >= 1, got {text!r}")
+        return value
+    return parse
+
+
 def parse_row_limit(text: str) -> int:
     """A row count >= 1, or -1 for every row.
 

@@ -25,7 +25,7 @@ import time
 from typing import Dict, List, Tuple
 
 from opscope.cli.errors import UsageError, print_error
-from opscope.cli.options import add_output_dir, prepare_output_dir
+from opscope.cli.options import add_output_dir, at_least_one, prepare_output_dir
 from opscope.cli.profiling import add_profile_flags, profile_kwargs
 
 SUMMARY = "profile the next optimizer steps of a running process (on-demand)"
@@ -48,16 +48,6 @@ POLL_S = 0.05
 MAX_RANKS_LISTED = 1 << 16
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
 def _timeout(text: str) -> float:
     try:
         value = float(text)
@@ -68,14 +58,17 @@ def _timeout(text: str) -> float:
     return value
 
 
+_POSITIVE_INT = at_least_one("an integer")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``trigger`` verb."""
     parser = subparsers.add_parser("trigger", help=SUMMARY, description=DESCRIPTION,
                                    usage="opscope trigger [options] PID [PID ...]",
                                    allow_abbrev=False)
-    parser.add_argument("pids", metavar="PID", nargs="+", type=_positive_int,
+    parser.add_argument("pids", metavar="PID", nargs="+", type=_POSITIVE_INT,
                         help="process id of the training process (several: each is triggered)")
-    parser.add_argument("--steps", metavar="N", type=_positive_int, default=DEFAULT_STEPS,
+    parser.add_argument("--steps", metavar="N", type=_POSITIVE_INT, default=DEFAULT_STEPS,
                         help=f"optimizer steps to profile (default: {DEFAULT_STEPS})")
     add_output_dir(parser, "the traces (written by the profiled process)")
     parser.add_argument("--timeout", metavar="SECONDS", type=_timeout, default=DEFAULT_TIMEOUT_S,
