@@ -163,7 +163,6 @@ def test_written_traces_stream_to_the_same_session(written, name):
                                   "repeated.json"])
 def test_small_chunks_split_every_event_and_change_nothing(written, name, chunk, monkeypatch):
     monkeypatch.setattr(trace_stream, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(trace_stream, "_SNIFF_SPACE", chunk)
     assert_same_session(written[name])
 
 
