@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tracemalloc
 
 import pytest
 
@@ -26,6 +25,8 @@ from opscope.cli import convert as convert_verb  # noqa: E402
 from opscope.cli import main as cli_main  # noqa: E402
 from opscope.store import StoreError, connect  # noqa: E402
 from opscope.store.convert import convert  # noqa: E402
+
+from memory_peak import traced_peak  # noqa: E402
 
 LATE_RANK = 1
 _X = ('{"ph": "X", "cat": "%s", "name": "%s", "pid": %d, "tid": %d, "ts": %.3f, '
@@ -179,15 +180,6 @@ def test_a_symlinked_destination_is_refused(job, tmp_path):
         convert([job], str(tmp_path / "link"))
 
 
-def _peak(fn) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_memory_does_not_grow_with_the_number_of_ranks(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
@@ -195,6 +187,6 @@ def test_memory_does_not_grow_with_the_number_of_ranks(tmp_path):
         rank_trace(str(folder / f"t.rank{rank}.json"), rank, 6, steps=10, ops=300)
     paths = sorted(str(p) for p in folder.iterdir())
     convert(paths[:1], str(tmp_path / "warm"))  # imports and caches outside the measurement
-    one = _peak(lambda: convert(paths[:1], str(tmp_path / "one")))
-    six = _peak(lambda: convert(paths, str(tmp_path / "six")))
+    one = traced_peak(lambda: convert(paths[:1], str(tmp_path / "one")))
+    six = traced_peak(lambda: convert(paths, str(tmp_path / "six")))
     assert six < 1.5 * one

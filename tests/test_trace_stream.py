@@ -17,7 +17,6 @@ import dataclasses
 import gzip
 import json
 import os
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from opscope.load.trace_file import read_trace_document
 from opscope.load.trace_stream import stream_trace
 
 from conftest import reference_dir
+from memory_peak import traced_peak
 
 TESTS = Path(__file__).resolve().parent
 
@@ -163,7 +163,6 @@ def test_written_traces_stream_to_the_same_session(written, name):
                                   "repeated.json"])
 def test_small_chunks_split_every_event_and_change_nothing(written, name, chunk, monkeypatch):
     monkeypatch.setattr(trace_stream, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(trace_stream, "_SNIFF_SPACE", chunk)
     assert_same_session(written[name])
 
 
@@ -216,23 +215,16 @@ def synthetic_trace(path: str, events: int) -> int:
     return os.path.getsize(path)
 
 
-def _peak(fn) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_peak_memory_is_the_columns_not_the_text(tmp_path, monkeypatch):
     monkeypatch.setattr(trace_stream, "CHUNK_BYTES", 256 * 1024)
     small, big = str(tmp_path / "small.json"), str(tmp_path / "big.json")
     synthetic_trace(small, 10_000)
     synthetic_trace(big, 40_000)
     stream_trace(small)  # imports and caches outside the measurement
-    grows = _peak(lambda: stream_trace(big)) - _peak(lambda: stream_trace(small))
+    grows = traced_peak(lambda: stream_trace(big)) - traced_peak(lambda: stream_trace(small))
     # the peak is one batch of JSON objects plus the columns (tens of bytes an event);
     # parsing the document whole holds every event's objects at once
     assert grows < 30_000 * 200
-    assert _peak(lambda: read_trace_document(big)) > 3 * _peak(lambda: stream_trace(big))
+    whole, streamed = (traced_peak(lambda: read_trace_document(big)),
+                       traced_peak(lambda: stream_trace(big)))
+    assert whole > 3 * streamed

@@ -20,9 +20,9 @@ Reading is bounded, because a trace may come from anyone:
   so a gzip bomb is refused with flat memory. Under the default limit, a gzip
   that inflates past 256 MiB at more than 200 times its size (a bomb that
   opens like a trace) is refused too; an explicit limit admits it.
-  ``read_trace`` streams a file (``trace_stream``): its memory is the events'
-  columns, not the text; ``read_trace_document`` (the whole JSON document, for
-  ``merge``) takes several times the text size.
+  ``read_trace`` streams a file (``trace_stream``, from :func:`iter_trace_chunks`):
+  its memory is the events' columns, not the text; ``read_trace_document`` (the
+  whole JSON document, for ``merge``) takes several times the text size.
 
 Example::
 
@@ -45,7 +45,7 @@ import os
 import re
 import stat
 import zlib
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 MAX_BYTES_ENV = "OPSCOPE_MAX_TRACE_BYTES"
@@ -206,15 +206,116 @@ def _check_start(path: str, head: bytes) -> None:
                                    f"blank space before any JSON")
 
 
-def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | None]":
-    """Stream-inflate the (possibly multi-member) gzip ``f``: (size, chunks or None).
+def _grew(path: str, limit: int) -> TraceLoadError:
+    return _too_large(path, f"it grew while read to more than {format_size(limit)}, which", limit)
 
-    Inflated chunks are kept while the total is at most ``keep_up_to``; past
-    that they are dropped (None is returned) and the pass only measures, so a
-    gzip bomb costs no memory. Past ``limit`` it stops with a one-line error.
+
+def _bomb(path: str, inflated: str, size: int, limit: int) -> TraceLoadError:
+    return _too_large(path, f"inflated, it is {inflated} from {format_size(size)} (over "
+                            f"{_MAX_RATIO}x, as only a decompression bomb is), and only a limit "
+                            f"that is set explicitly admits more than "
+                            f"{format_size(_KEEP_AT_ONCE)} of that; the default", limit)
+
+
+def iter_trace_chunks(path: str, max_bytes: "int | None" = None,
+                      chunk_bytes: "int | None" = None) -> Iterator[bytes]:
+    """The file's content in chunks, decompressed when it is gzip, within ``max_bytes``.
+
+    The file is opened and checked as the module docstring says; each failure is
+    a :class:`TraceLoadError`, raised when the chunks reach it. With
+    ``chunk_bytes``, no chunk is longer: the file is read and inflated a chunk
+    at a time, and under the default limit a gzip is refused as a bomb as soon
+    as it has inflated past 256 MiB at over 200 times its size. ``None`` is for
+    a caller that keeps every chunk (:func:`read_trace_bytes`): a plain file
+    comes as one chunk, one buffer of its size; a gzip is inflated by a first
+    pass that keeps at most 256 MiB and past that only measures, and the bomb
+    rule is applied to the whole inflated size before a second pass inflates
+    it again to keep.
+
+    >>> import gzip, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.json.gz")
+    >>> _ = open(path, "wb").write(gzip.compress(b'{"traceEvents": []}'))
+    >>> list(iter_trace_chunks(path, chunk_bytes=8))
+    [b'{"traceE', b'vents": ', b'[]}']
+    """
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    f, size = _open_regular(path)
+    with f:
+        if size > limit:
+            raise _too_large(path, f"its size, {format_size(size)},", limit)
+        try:
+            head = f.read(_SNIFF_SPACE)
+            if head[:2] != _GZIP_MAGIC:
+                _check_start(path, head)
+                yield from _plain_chunks(path, f, head, size, limit, chunk_bytes)
+            elif chunk_bytes is None:
+                yield from _kept_gzip(path, f, size, limit, _limit_is_explicit(max_bytes))
+            else:
+                explicit, total = _limit_is_explicit(max_bytes), 0
+                for out in _inflated(path, f, limit, chunk_bytes):
+                    total += len(out)
+                    if total > _KEEP_AT_ONCE and total > _MAX_RATIO * size and not explicit:
+                        raise _bomb(path, f"more than {format_size(total)}", size, limit)
+                    yield out
+        except zlib.error as exc:
+            raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
+        except OSError as exc:
+            raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _plain_chunks(path: str, f, head: bytes, size: int, limit: int,
+                  chunk_bytes: "int | None") -> Iterator[bytes]:
+    """A plain file whose first bytes ``head`` are read: with ``chunk_bytes``, ``head``
+    cut to that size, then the rest a chunk at a time; with None, one chunk."""
+    if chunk_bytes is None:
+        f.seek(0)
+        data = f.read(size + 1)  # one buffer of the file's size, not of the limit
+        if len(data) > size:  # it grew after fstat
+            data += f.read(limit + 1 - len(data))
+        if len(data) > limit:
+            raise _grew(path, limit)
+        yield data
+        return
+    for start in range(0, len(head), chunk_bytes):
+        yield head[start:start + chunk_bytes]
+    total = len(head)
+    while True:
+        data = f.read(chunk_bytes)
+        if not data:
+            return
+        total += len(data)
+        if total > limit:
+            raise _grew(path, limit)
+        yield data
+
+
+def _kept_gzip(path: str, f, size: int, limit: int, explicit: bool) -> Iterator[bytes]:
+    """The gzip ``f`` for a caller that keeps it all: a first pass keeps at most 256 MiB,
+    past that only measuring (a bomb costs no memory); within the limits, a second keeps it."""
+    kept: "list | None" = []
+    total = 0
+    for out in _inflated(path, f, limit, _CHUNK):
+        total += len(out)
+        if total > _KEEP_AT_ONCE:
+            kept = None  # from here on it only measures
+        elif kept is not None:
+            kept.append(out)
+    if kept is not None:
+        yield from kept
+        return
+    if total > _MAX_RATIO * size and not explicit:
+        raise _bomb(path, format_size(total), size, limit)
+    yield from _inflated(path, f, limit, _CHUNK)
+
+
+def _inflated(path: str, f, limit: int, out_bytes: int) -> Iterator[bytes]:
+    """Stream-inflate the (possibly multi-member) gzip ``f`` from its start.
+
+    The chunks are at most ``out_bytes``; the first inflated bytes must look
+    like a trace, and past ``limit`` it stops with a one-line error.
     """
     f.seek(0)
-    total, chunks, head = 0, [], b""
+    total, head = 0, b""
     inflater, pending, started = zlib.decompressobj(16 + zlib.MAX_WBITS), b"", False
     while True:
         if not pending:
@@ -226,7 +327,7 @@ def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | No
             if not pending:
                 continue
         started = True
-        out = inflater.decompress(pending, _CHUNK)
+        out = inflater.decompress(pending, out_bytes)
         pending = inflater.unconsumed_tail
         if inflater.eof:  # one member ended: what follows is another member, or padding
             pending = inflater.unused_data + pending
@@ -238,13 +339,11 @@ def _inflate(path: str, f, limit: int, keep_up_to: int) -> "tuple[int, list | No
         if total > limit:
             raise _too_large(path, f"inflated, it is more than {format_size(limit)}, which",
                              limit)
-        if chunks is not None:
-            chunks = None if total > keep_up_to else chunks
-            if chunks is not None and out:
-                chunks.append(out)
+        if out:
+            yield out
     if started:  # a member was begun and not finished
-        raise EOFError
-    return total, chunks
+        raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
+                                   "compressed stream; was it still being written?)")
 
 
 def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
@@ -255,42 +354,7 @@ def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
     streaming pass that keeps nothing before anything is held, so a gzip bomb
     or ``/dev/zero`` is refused in seconds with flat memory.
     """
-    limit = default_max_bytes() if max_bytes is None else max_bytes
-    f, size = _open_regular(path)
-    with f:
-        if size > limit:
-            raise _too_large(path, f"its size, {format_size(size)},", limit)
-        try:
-            head = f.read(_SNIFF_SPACE)
-            if head[:2] != _GZIP_MAGIC:
-                _check_start(path, head)
-                f.seek(0)
-                data = f.read(size + 1)  # one buffer of the file's size, not of the limit
-                if len(data) > size:  # it grew after fstat
-                    data += f.read(limit + 1 - len(data))
-                if len(data) > limit:
-                    raise _too_large(path, f"it grew while read to more than "
-                                           f"{format_size(limit)}, which", limit)
-                return data
-            total, chunks = _inflate(path, f, limit, keep_up_to=_KEEP_AT_ONCE)
-            if chunks is None and total > _MAX_RATIO * size and not _limit_is_explicit(max_bytes):
-                raise _too_large(path, f"inflated, it is {format_size(total)} from "
-                                       f"{format_size(size)} (over {_MAX_RATIO}x, as only a "
-                                       f"decompression bomb is), and only a limit that is "
-                                       f"set explicitly admits more than "
-                                       f"{format_size(_KEEP_AT_ONCE)} of that; the default",
-                                 limit)
-            if chunks is None:  # big, but within the limit: inflate again, keeping it all
-                total, chunks = _inflate(path, f, limit, keep_up_to=limit)
-            return b"".join(chunks or ())
-        except EOFError:
-            raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
-                                       "compressed stream; was it still being written?)") \
-                from None
-        except zlib.error as exc:
-            raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
-        except OSError as exc:
-            raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
+    return b"".join(iter_trace_chunks(path, max_bytes))
 
 
 def read_trace_document(path: "str | os.PathLike[str]",

@@ -32,14 +32,11 @@ from __future__ import annotations
 import codecs
 import json
 import re
-import zlib
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from opscope.load.trace_columns import TraceColumns
 from opscope.load.trace_events import columns_session
-from opscope.load.trace_file import (_GZIP_MAGIC, _KEEP_AT_ONCE, _MAX_RATIO, _SNIFF_SPACE,
-                                     TraceLoadError, _check_start, _limit_is_explicit,
-                                     _open_regular, _too_large, default_max_bytes, format_size)
+from opscope.load.trace_file import TraceLoadError, iter_trace_chunks
 from opscope.model.records import RawSession
 
 CHUNK_BYTES = 4 * 2 ** 20  # bytes read (or inflated) per step: about a batch of events
@@ -74,85 +71,13 @@ def parse_trace(path: str, events: Callable[[List[Any], int], None],
     the place of the batch's first event); ``restart()`` is called when a
     second ``traceEvents`` key starts (the last one counts, as in JSON).
     """
-    text = _TextReader(path, _chunks(path, max_bytes))
+    text = _TextReader(path, iter_trace_chunks(path, max_bytes, CHUNK_BYTES))
     try:
         return _Document(text, events, restart).parse()
     except RecursionError:
         raise TraceLoadError(path, "not a trace: JSON nested too deeply") from None
     except MemoryError:
         raise TraceLoadError(path, "not enough memory to parse it") from None
-
-
-def _chunks(path: str, max_bytes: Optional[int]) -> Iterator[bytes]:
-    """The file's bytes (inflated when gzip) in chunks, within the limits of trace_file."""
-    limit = default_max_bytes() if max_bytes is None else max_bytes
-    f, size = _open_regular(path)
-    with f:
-        if size > limit:
-            raise _too_large(path, f"its size, {format_size(size)},", limit)
-        try:
-            head = f.read(_SNIFF_SPACE)
-            if head[:2] == _GZIP_MAGIC:
-                f.seek(0)
-                yield from _inflated(path, f, size, limit, _limit_is_explicit(max_bytes))
-                return
-            _check_start(path, head)
-            total = len(head)
-            yield head
-            while True:
-                data = f.read(CHUNK_BYTES)
-                if not data:
-                    return
-                total += len(data)
-                if total > limit:
-                    raise _too_large(path, f"it grew while read to more than "
-                                           f"{format_size(limit)}, which", limit)
-                yield data
-        except OSError as exc:
-            raise TraceLoadError(path, f"cannot read it ({exc.strerror or exc})") from None
-
-
-def _inflated(path: str, f, size: int, limit: int, explicit: bool) -> Iterator[bytes]:
-    """Stream-inflate the (possibly multi-member) gzip ``f``, refusing bombs as trace_file does."""
-    total, head = 0, b""
-    inflater, pending, started = zlib.decompressobj(16 + zlib.MAX_WBITS), b"", False
-    try:
-        while True:
-            if not pending:
-                pending = f.read(CHUNK_BYTES // 4)
-                if not pending:
-                    break
-            if not started:  # between members: zero padding is allowed
-                pending = pending.lstrip(b"\0")
-                if not pending:
-                    continue
-            started = True
-            out = inflater.decompress(pending, CHUNK_BYTES)
-            pending = inflater.unconsumed_tail
-            if inflater.eof:
-                pending = inflater.unused_data + pending
-                inflater, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
-            total += len(out)
-            if len(head) < _SNIFF_SPACE:
-                head += out[:_SNIFF_SPACE]
-                _check_start(path, head)
-            if total > limit:
-                raise _too_large(path, f"inflated, it is more than {format_size(limit)}, "
-                                       f"which", limit)
-            if total > _KEEP_AT_ONCE and total > _MAX_RATIO * size and not explicit:
-                raise _too_large(path, f"inflated, it is more than {format_size(total)} from "
-                                       f"{format_size(size)} (over {_MAX_RATIO}x, as only a "
-                                       f"decompression bomb is), and only a limit that is "
-                                       f"set explicitly admits more than "
-                                       f"{format_size(_KEEP_AT_ONCE)} of that; the default",
-                                 limit)
-            if out:
-                yield out
-    except zlib.error as exc:
-        raise TraceLoadError(path, f"corrupt gzip file ({exc})") from None
-    if started:
-        raise TraceLoadError(path, "truncated gzip file (it ends before the end of the "
-                                   "compressed stream; was it still being written?)")
 
 
 class _TextReader:
