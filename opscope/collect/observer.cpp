@@ -5,9 +5,12 @@
 // Per op (bench/instructions.py counts it): on_start_fast finds the thread's
 // state through torch's thread number, the op's name id through the schema
 // reference the RecordFunction holds, writes the record and returns the
-// context that lives beside it in its slot; it calls nothing. on_end stamps
-// the end; torch's delete of the context marks the slot released. Anything
-// else (a first sight, inputs, stacks, another clock) takes on_start_general.
+// context that lives beside it in its slot; it calls nothing. A name the
+// RecordFunction holds (autograd's, a range's) is found by content in
+// on_start_own_name; with record_shapes, on_start_fast<true> also encodes the
+// inputs (encode_inputs). on_end stamps the end; torch's delete of the
+// context marks the slot released. Anything else (a first sight, stacks,
+// another clock) takes on_start_general.
 //
 // Layout of one record (48 bytes), mirrored by opscope/model/records.py (RECORD_DTYPE):
 //   int64 start_ns, int64 end_ns, int64 seq_nr,
@@ -1264,6 +1267,16 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
 
 // on_start_fast for a name fn holds (autograd nodes, ranges): found in the
 // cache by pointer and length, checked by content.
+// on_start_own_name for a name not in its cache slot: looked up by content
+// and put there, out of line (on_start_own_name calls it in tail position).
+template <bool kWithInputs>
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_new_name(
+    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, NameCacheSlot& c, bool async) {
+  const char* name = reinterpret_cast<const char*>(descriptor_key(fn));
+  int32_t id = name_id_slow(ts, c, name, own_name_size(fn));
+  return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+}
+
 template <bool kWithInputs>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
@@ -1273,8 +1286,10 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name
     const char* name = reinterpret_cast<const char*>(key);
     NameKey k = name_key(name, size);
     NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
-    int32_t id = same_name(c, name, size, k) ? c.id : name_id_slow(ts, c, name, size);
-    return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+    if (__builtin_expect(!same_name(c, name, size, k), 0)) {
+      return on_start_new_name<kWithInputs>(fn, ts, gen, c, async);
+    }
+    return write_start<true, kWithInputs>(fn, ts, gen, c.id, async, fn.threadId());
   }
   return on_start_general(fn);
 }
