@@ -5,9 +5,12 @@
 // Per op (bench/instructions.py counts it): on_start_fast finds the thread's
 // state through torch's thread number, the op's name id through the schema
 // reference the RecordFunction holds, writes the record and returns the
-// context that lives beside it in its slot; it calls nothing. on_end stamps
-// the end; torch's delete of the context marks the slot released. Anything
-// else (a first sight, inputs, stacks, another clock) takes on_start_general.
+// context that lives beside it in its slot; it calls nothing. A name the
+// RecordFunction holds (autograd's, a range's) is found by content in
+// on_start_own_name; with record_shapes, on_start_fast<true> also encodes the
+// inputs (encode_inputs). on_end stamps the end; torch's delete of the
+// context marks the slot released. Anything else (a first sight, stacks,
+// another clock) takes on_start_general.
 //
 // Layout of one record (48 bytes), mirrored by opscope/model/records.py (RECORD_DTYPE):
 //   int64 start_ns, int64 end_ns, int64 seq_nr,
@@ -328,14 +331,14 @@ std::atomic<uint64_t> g_active_generation{0};  // 0: not recording
 uint64_t g_last_generation = 0;
 at::CallbackHandle g_handle = 0;
 
-// A name a RecordFunction holds, cached by content (own_name_slot); names
-// reach it only from 8-byte aligned buffers (std::string's), so same_name may
-// read them a whole aligned word at a time without leaving their page.
+// A name a RecordFunction holds, cached by content (own_name_slot): its
+// quick key (NameKey) and its words, compared in full on a hit.
 struct NameCacheSlot {
   const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
-  uint64_t last_mask = 0;  // the bytes of the last word up to the NUL
+  uint64_t first = 0;  // NameKey::first
+  uint64_t mid = 0;  // NameKey::mid
+  uint64_t tail = 0;  // NameKey::tail
   size_t size = 0;  // the name's length
-  uint32_t n_words = 0;
   int32_t id = -1;
 };
 
@@ -394,7 +397,8 @@ struct NameMap {
   }
 };
 
-constexpr uint8_t kGeneral = 0, kPlain = 1, kInputs = 2;
+// ThreadState::fast_generation of a thread that on_start_fast never serves.
+constexpr uint64_t kNoFastGeneration = ~uint64_t(0);
 // Direct-mapped name caches, large enough that a step's few dozen names
 // rarely share a slot (two that do would evict each other at every call).
 constexpr int kNameSlotBits = 10;
@@ -412,9 +416,10 @@ struct ThreadState {
   bool record_shapes = false;
   bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
-  // on_start_fast's case: joined, not skipped, no stacks; kPlain without
-  // inputs, kInputs with them; else kGeneral
-  uint8_t fast_mode = 0;
+  // on_start_fast's case: the generation this thread joined when it records
+  // neither stacks nor as a skipped worker (the session's on_start_fast then
+  // matches its inputs option); else kNoFastGeneration.
+  uint64_t fast_generation = kNoFastGeneration;
   uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
   SchemaNameSlot schema_names[kNameSlots];
   ThreadBuffer* buffer = nullptr;
@@ -549,15 +554,35 @@ inline size_t key_slot(uintptr_t key) {
 
 // Names fn holds are cached by content: autograd builds its
 // "evaluate_function: ..." names anew for each call, at varying addresses.
-// The slot comes from the length and the first and last words (name must be
-// 8-byte aligned, as std::string's buffers are; the last word holds the NUL,
-// so no read leaves the name's own words), and a hit is checked in full.
-__attribute__((no_sanitize_address)) inline size_t own_name_slot(const char* name, size_t size) {
-  uint64_t first, last;
-  std::memcpy(&first, name, 8);
-  std::memcpy(&last, name + 8 * (size / 8), 8);
-  uint64_t mask = size % 8 == 7 ? ~0ULL : (1ULL << (8 * (size % 8 + 1))) - 1;
-  uint64_t h = (first * 0x9e3779b97f4a7c15ULL) ^ ((last & mask) * 0xc2b2ae3d27d4eb4fULL) ^ size;
+// A name's quick key: its first 8 bytes and its last 16 (autograd's names
+// share their first bytes and end in "Backward0": the node's own name sits
+// just before). Each word lies inside the name when it is long enough, else
+// is 0; a name under 8 bytes is its first aligned word (name must be 8-byte
+// aligned, as std::string's buffers are, so that word, which holds the NUL,
+// never leaves the name's page) cut at its length.
+struct NameKey {
+  uint64_t first;  // bytes [0, 8)
+  uint64_t mid;  // bytes [size - 16, size - 8)
+  uint64_t tail;  // bytes [size - 8, size)
+};
+__attribute__((no_sanitize_address)) inline NameKey name_key(const char* name, size_t size) {
+  NameKey k{0, 0, 0};
+  std::memcpy(&k.first, name, 8);
+  if (__builtin_expect(size >= 16, 1)) {
+    std::memcpy(&k.mid, name + size - 16, 8);
+    std::memcpy(&k.tail, name + size - 8, 8);
+  } else if (size >= 8) {
+    std::memcpy(&k.tail, name + size - 8, 8);
+  } else {
+    k.first &= (uint64_t(1) << (8 * size)) - 1;
+  }
+  return k;
+}
+
+// The cache slot of a name: from its length and quick key.
+inline size_t own_name_slot(const NameKey& k, size_t size) {
+  uint64_t h = (k.first * 0x9e3779b97f4a7c15ULL) ^ (k.mid * 0xc2b2ae3d27d4eb4fULL) ^
+               ((k.tail + size) * 0x165667b19e3779f9ULL);
   return size_t(h >> (64 - kNameSlotBits));
 }
 
@@ -623,28 +648,39 @@ __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c
     std::memcpy(ts.padded.back().data(), name, n);
     e = ts.by_content.insert(str, n, h, id, ts.padded.back().data());
   }
+  NameKey k = name_key(reinterpret_cast<const char*>(e->words), n);  // the padded copy
   c.words = e->words;
-  c.n_words = uint32_t(n / 8 + 1);
-  c.last_mask = n % 8 == 7 ? ~0ULL : (1ULL << (8 * (n % 8 + 1))) - 1;
+  c.first = k.first;
+  c.mid = k.mid;
+  c.tail = k.tail;
   c.size = n;
   c.id = e->id;
   return c.id;
 }
 
-// Whether the aligned name equals the cached one, NUL included: compares
-// word by word and stops at the first word that differs, which is at or
-// before the word holding name's own NUL when name is shorter or different.
-__attribute__((no_sanitize_address)) inline bool same_name(const NameCacheSlot& c,
-                                                           const char* name) {
-  const uint64_t* w = c.words;
-  uint32_t last = c.n_words - 1;
-  uint64_t x;
-  for (uint32_t i = 0; i < last; ++i) {
-    std::memcpy(&x, name + 8 * i, 8);
-    if (x != w[i]) return false;
+// Whether name (of length size, quick key k) is the cached one: the length
+// and quick key, then the 8-byte words that cover the bytes between its
+// first 8 and last 16, two at a time; every read lies inside the name.
+__attribute__((always_inline)) inline bool same_name(const NameCacheSlot& c, const char* name,
+                                                     size_t size, const NameKey& k) {
+  if (c.size != size || c.first != k.first || c.mid != k.mid || c.tail != k.tail ||
+      c.words == nullptr) {
+    return false;
   }
-  std::memcpy(&x, name + 8 * last, 8);  // the word holding the NUL
-  return ((x ^ w[last]) & c.last_mask) == 0;
+  const uint64_t* w = c.words;
+  size_t n = size > 24 ? (size - 16 + 7) / 8 : 1;  // words 1..n-1 cover [8, size - 16)
+  size_t i = 1;
+  uint64_t a, b;
+  for (; i + 1 < n; i += 2) {
+    std::memcpy(&a, name + 8 * i, 8);
+    std::memcpy(&b, name + 8 * i + 8, 8);
+    if (((a ^ w[i]) | (b ^ w[i + 1])) != 0) return false;
+  }
+  if (i < n) {
+    std::memcpy(&a, name + 8 * i, 8);
+    if (a != w[i]) return false;
+  }
+  return true;
 }
 
 int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name) {
@@ -672,8 +708,9 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
     NameCacheSlot scratch;
     return name_id_slow(ts, scratch, name, size);
   }
-  NameCacheSlot& c = ts.cache[own_name_slot(name, size)];
-  if (__builtin_expect(c.size == size && c.words != nullptr, 1) && same_name(c, name)) return c.id;
+  NameKey k = name_key(name, size);
+  NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
+  if (__builtin_expect(same_name(c, name, size, k), 1)) return c.id;
   return name_id_slow(ts, c, name, size);
 }
 
@@ -681,39 +718,88 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
 //   0: none/other   1: tensor [ndim, sizes..., strides..., dtype]
 //   2: int [value]  3: double [bits]  4: bool [value]
 //   5: tensor list [count]  6: int list [count, values...]  7: string
-inline void put(InputWords& out, int64_t a) {
-  *out.reserve(1) = a;
-  out.commit(1);
-}
-inline void put(InputWords& out, int64_t a, int64_t b) {
-  int64_t* w = out.reserve(2);
-  w[0] = a;
-  w[1] = b;
-  out.commit(2);
+//
+// An op's words are written through a local cursor (InputRun) into room
+// reserved once: kInputWordsInline words for each input, the most a tensor
+// of up to kInlineDims dims, a scalar, a string or a tensor list takes.
+// Before input i there is always room for (inputs - i) such inputs: one that
+// takes more (a tensor of more dims, an int or bool list) asks for its own
+// words plus that room for the inputs after it (InputRun::room). Nothing is
+// pushed word by word.
+constexpr int64_t kInlineDims = C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE;
+constexpr size_t kInputWordsInline = 3 + 2 * kInlineDims;  // the most a common input takes
+
+struct InputRun {
+  InputWords& out;
+  int64_t* start;  // the first word not yet committed
+  int64_t* w;  // the next word
+  int64_t* end;  // the end of the reserved room
+
+  InputRun(InputWords& o, size_t need) : out(o) {
+    start = w = out.reserve(need);
+    end = out.end;
+  }
+  // Room for need more words (commits what is written when it must grow).
+  void room(size_t need) {
+    if (__builtin_expect(size_t(end - w) < need, 0)) {
+      out.commit(size_t(w - start));
+      start = w = out.reserve(need);
+      end = out.end;
+    }
+  }
+  void finish() { out.commit(size_t(w - start)); }
+};
+
+// Copies n (<= kInlineDims) words without a loop.
+inline void copy_dims(int64_t* to, const int64_t* from, int64_t n) {
+  switch (n) {
+    case 5: to[4] = from[4]; [[fallthrough]];
+    case 4: to[3] = from[3]; [[fallthrough]];
+    case 3: to[2] = from[2]; [[fallthrough]];
+    case 2: to[1] = from[1]; [[fallthrough]];
+    case 1: to[0] = from[0]; [[fallthrough]];
+    default: break;
+  }
 }
 
-void encode_tensor(const at::Tensor& t, InputWords& out) {
+// A tensor: [1, ndim, sizes..., strides..., dtype], or [0] when undefined.
+// inputs_left: how many inputs follow, whose room is kept.
+inline void encode_tensor(const at::Tensor& t, InputRun& run, size_t inputs_left) {
   if (!t.defined()) {
-    put(out, 0);
+    *run.w++ = 0;
     return;
   }
-  int64_t nd = t.dim();
-  int64_t* w = out.reserve(size_t(3 + 2 * nd));
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  c10::IntArrayRef size_list = impl->sizes();  // its length is dim()
+  const int64_t* sizes = size_list.data();
+  int64_t nd = int64_t(size_list.size());
+  if (__builtin_expect(nd > kInlineDims, 0)) {
+    run.room(size_t(3 + 2 * nd) + inputs_left * kInputWordsInline);
+  }
+  int64_t* w = run.w;
   w[0] = 1;
   w[1] = nd;
-  const int64_t* sizes = t.sizes().data();
-  for (int64_t i = 0; i < nd; ++i) w[2 + i] = sizes[i];
-  if (t.layout() == at::kStrided) {
-    const int64_t* strides = t.strides().data();
-    for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = strides[i];
+  if (nd <= kInlineDims) {
+    copy_dims(w + 2, sizes, nd);
+  } else {
+    std::memcpy(w + 2, sizes, size_t(nd) * sizeof(int64_t));
+  }
+  if (impl->layout() == at::kStrided) {
+    const int64_t* strides = impl->strides().data();
+    if (nd <= kInlineDims) {
+      copy_dims(w + 2 + nd, strides, nd);
+    } else {
+      std::memcpy(w + 2 + nd, strides, size_t(nd) * sizeof(int64_t));
+    }
   } else {
     for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = 0;
   }
-  w[2 + 2 * nd] = int64_t(t.scalar_type());
-  out.commit(size_t(3 + 2 * nd));
+  w[2 + 2 * nd] = int64_t(c10::typeMetaToScalarType(impl->dtype()));
+  run.w = w + 3 + 2 * nd;
 }
 
-// An IValue's 8-byte payload (its first member): an int's value, a double's bits.
+// An IValue's 8-byte payload (its first member): an int's value, a double's
+// bits, a list's ListImpl.
 static_assert(sizeof(c10::IValue) == 16, "IValue: an 8-byte payload, then its tag");
 inline int64_t payload_word(const c10::IValue& v) {
   int64_t w;
@@ -721,59 +807,89 @@ inline int64_t payload_word(const c10::IValue& v) {
   return w;
 }
 
-// Lists are told apart by element type only for lists (one tag test first);
-// their elements are read in place (no list handle copied, no refcount).
-void encode_list(const c10::IValue& v, InputWords& out) {
-  if (v.isTensorList()) {
-    put(out, 5, int64_t(v.toListRef().size()));
-  } else if (v.isIntList()) {
-    c10::ArrayRef<c10::IValue> l = v.toListRef();
-    size_t n = l.size();
-    int64_t* w = out.reserve(2 + n);
+// What a list holds: its element type's kind is what isTensorList() and
+// isIntList() test first; another kind is told by torch's own checks, as
+// before.
+enum class ListKind { kOther, kTensor, kInt, kBool };
+__attribute__((noinline, cold)) ListKind list_kind_by_torch(const c10::IValue& v) {
+  if (v.isTensorList()) return ListKind::kTensor;
+  if (v.isIntList()) return ListKind::kInt;
+  if (v.isBoolList()) return ListKind::kBool;
+  return ListKind::kOther;
+}
+inline ListKind list_kind(const c10::IValue& v, const c10::detail::ListImpl& list) {
+  c10::TypeKind kind = list.elementType->kind();
+  if (kind == c10::TypeKind::TensorType) return ListKind::kTensor;
+  if (kind == c10::TypeKind::IntType) return ListKind::kInt;
+  if (kind == c10::TypeKind::BoolType) return ListKind::kBool;
+  return list_kind_by_torch(v);
+}
+
+// A bool list's elements as 0/1 (e.g. output_mask).
+__attribute__((noinline, cold)) void put_bools(int64_t* w, const c10::IValue* items, size_t n) {
+  for (size_t i = 0; i < n; ++i) w[i] = items[i].toBool() ? 1 : 0;
+}
+
+// A list: [5, count] for tensors, [6, count, values...] for ints and bools,
+// else [0]; its elements are read in place (no list handle copied, no
+// refcount). inputs_left: how many inputs follow, whose room is kept.
+void encode_list(const c10::IValue& v, InputRun& run, size_t inputs_left) {
+  const auto& list = *static_cast<const c10::detail::ListImpl*>(
+      reinterpret_cast<const c10::intrusive_ptr_target*>(payload_word(v)));
+  ListKind kind = list_kind(v, list);
+  size_t n = list.list.size();
+  if (kind == ListKind::kTensor) {
+    run.w[0] = 5;
+    run.w[1] = int64_t(n);
+    run.w += 2;
+  } else if (kind == ListKind::kInt || kind == ListKind::kBool) {
+    run.room(2 + n + inputs_left * kInputWordsInline);
+    int64_t* w = run.w;
     w[0] = 6;
     w[1] = int64_t(n);
-    for (size_t i = 0; i < n; ++i) w[2 + i] = payload_word(l[i]);
-    out.commit(2 + n);
-  } else if (v.isBoolList()) {  // e.g. convolution_backward's output_mask
-    c10::ArrayRef<c10::IValue> l = v.toListRef();
-    size_t n = l.size();
-    int64_t* w = out.reserve(2 + n);
-    w[0] = 6;
-    w[1] = int64_t(n);
-    for (size_t i = 0; i < n; ++i) w[2 + i] = l[i].toBool() ? 1 : 0;
-    out.commit(2 + n);
+    const c10::IValue* items = list.list.data();
+    if (kind == ListKind::kInt) {
+      for (size_t i = 0; i < n; ++i) w[2 + i] = payload_word(items[i]);
+    } else {
+      put_bools(w + 2, items, n);
+    }
+    run.w = w + 2 + n;
   } else {
-    put(out, 0);
+    *run.w++ = 0;
   }
 }
 
-// Input encoding, one entry per input, read by model/records.py:decode_inputs.
-//   0: none/other   1: tensor [ndim, sizes..., strides..., dtype]
-//   2: int [value]  3: double [bits]  4: bool [value]
-//   5: tensor list [count]  6: int list [count, values...]  7: string
-// Words are written straight into reserved room, never pushed one by one.
 void encode_inputs(const at::RecordFunction& fn, InputWords& out) {
-  auto inputs = fn.inputs();
-  put(out, int64_t(inputs.size()));
-  for (const c10::IValue& v : inputs) {
+  c10::ArrayRef<const c10::IValue> inputs = fn.inputs();
+  size_t n = inputs.size();
+  InputRun run(out, 1 + n * kInputWordsInline);
+  *run.w++ = int64_t(n);
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = inputs[i];
+    int64_t* w = run.w;
     if (v.isTensor()) {
-      encode_tensor(v.toTensor(), out);
-    } else if (v.isNone()) {
-      put(out, 0);
+      encode_tensor(v.toTensor(), run, n - i - 1);
     } else if (v.isInt()) {
-      put(out, 2, payload_word(v));
-    } else if (v.isDouble()) {
-      put(out, 3, payload_word(v));  // the double's bits
-    } else if (v.isBool()) {
-      put(out, 4, v.toBool() ? 1 : 0);
+      w[0] = 2;
+      w[1] = payload_word(v);
+      run.w = w + 2;
     } else if (v.isList()) {
-      encode_list(v, out);
+      encode_list(v, run, n - i - 1);
+    } else if (v.isDouble()) {
+      w[0] = 3;
+      w[1] = payload_word(v);  // the double's bits
+      run.w = w + 2;
+    } else if (v.isBool()) {
+      w[0] = 4;
+      w[1] = v.toBool() ? 1 : 0;
+      run.w = w + 2;
     } else if (v.isString()) {
-      put(out, 7);
-    } else {
-      put(out, 0);
+      *run.w++ = 7;
+    } else {  // None and anything else
+      *run.w++ = 0;
     }
   }
+  run.finish();
 }
 
 bool join_session(ThreadState& ts, uint64_t gen) {
@@ -786,7 +902,7 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   ts.buffer = g_session->add_thread();  // workers too: their allocations count
   ts.record_shapes = g_session->record_shapes;
   ts.with_stack = g_session->with_stack;
-  ts.fast_mode = (ts.skip || ts.with_stack) ? kGeneral : ts.record_shapes ? kInputs : kPlain;
+  ts.fast_generation = (ts.skip || ts.with_stack) ? kNoFastGeneration : gen;
   return !ts.skip;
 }
 
@@ -1083,11 +1199,12 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 // Writes the record of a starting range into the next slot of ts's buffer
 // and returns the context living in that slot. kFast: the caller checked that
 // the chunk has room, the session needs neither inputs nor stacks, and the
-// clock is the TSC, so nothing here calls out.
+// clock is the TSC, so nothing here calls out. rf_thread: fn.threadId().
 template <bool kFast, bool kWithInputs = false>
 inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
                                                         ThreadState& ts, uint64_t gen,
-                                                        int32_t name_id, bool async) {
+                                                        int32_t name_id, bool async,
+                                                        uint64_t rf_thread) {
   ThreadBuffer* buf = ts.buffer;
   // Dekker handshake with stop(): publish busy, then re-check the generation.
   buf->busy.store(true, std::memory_order_seq_cst);
@@ -1106,7 +1223,7 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   r->name_id = name_id;  // thread_index: filled in by copy_records
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
-  r->rf_thread_id = uint32_t(fn.threadId());
+  r->rf_thread_id = uint32_t(rf_thread);
   r->shape_offset = kNoShapes;
   // scope, flags and pad as one store
   uint32_t tail = uint32_t(uint8_t(fn.scope())) |
@@ -1126,11 +1243,11 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     }
     if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
   }
-  std::unique_ptr<at::ObserverContext> ctx(new (slot) Ctx());
+  Ctx* ctx = new (slot) Ctx();
   r->end_ns = 0;  // 0 until on_end: unfinished
   r->start_ns = kFast ? tsc() : ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
-  return ctx;
+  return std::unique_ptr<at::ObserverContext>(ctx);
 }
 
 // Every case: joining a session, a skipped worker, inputs, stacks, names seen
@@ -1145,11 +1262,21 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
     return nullptr;
   }
   const char* name = fn.name();
-  return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync());
+  return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
 }
 
 // on_start_fast for a name fn holds (autograd nodes, ranges): found in the
 // cache by pointer and length, checked by content.
+// on_start_own_name for a name not in its cache slot: looked up by content
+// and put there, out of line (on_start_own_name calls it in tail position).
+template <bool kWithInputs>
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_new_name(
+    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, NameCacheSlot& c, bool async) {
+  const char* name = reinterpret_cast<const char*>(descriptor_key(fn));
+  int32_t id = name_id_slow(ts, c, name, own_name_size(fn));
+  return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+}
+
 template <bool kWithInputs>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
@@ -1157,10 +1284,12 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name
       variant_index(fn) == 0 && (key & 7) == 0) {
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
-    NameCacheSlot& c = ts.cache[own_name_slot(name, size)];
-    int32_t id = (c.size == size && c.words != nullptr && same_name(c, name))
-                     ? c.id : name_id_slow(ts, c, name, size);
-    return write_start<true, kWithInputs>(fn, ts, gen, id, async);
+    NameKey k = name_key(name, size);
+    NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
+    if (__builtin_expect(!same_name(c, name, size, k), 0)) {
+      return on_start_new_name<kWithInputs>(fn, ts, gen, c, async);
+    }
+    return write_start<true, kWithInputs>(fn, ts, gen, c.id, async, fn.threadId());
   }
   return on_start_general(fn);
 }
@@ -1174,16 +1303,16 @@ template <bool kWithInputs>
 std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn) {
   uintptr_t key = descriptor_key(fn);
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
-  ThreadState* ts = state_slot(fn.threadId()).load(std::memory_order_relaxed);
-  if (__builtin_expect(ts->self == thread_pointer() && ts->generation == gen &&
-                           ts->fast_mode == (kWithInputs ? kInputs : kPlain) &&
+  uint64_t rf_thread = fn.threadId();
+  ThreadState* ts = state_slot(rf_thread).load(std::memory_order_relaxed);
+  if (__builtin_expect(ts->self == thread_pointer() && ts->fast_generation == gen &&
                            ts->buffer->cursor != ts->buffer->limit, 1)) {
     // the byte is 0 or 1 (find_async_offset saw it go from one to the other)
     bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
     const SchemaNameSlot& s = ts->schema_names[key_slot(key)];
     if (__builtin_expect(s.key == key &&
                          ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
-      return write_start<true, kWithInputs>(fn, *ts, gen, s.id, async);
+      return write_start<true, kWithInputs>(fn, *ts, gen, s.id, async, rf_thread);
     }
     return on_start_own_name<kWithInputs>(fn, *ts, gen, key, async);
   }

@@ -1,0 +1,107 @@
+"""The native observer's input encoding (record_shapes) on inputs outside the common case.
+
+The observer writes an op's inputs into room reserved for tensors of up to five
+dims and short int lists, tells lists apart by their element type, and reads
+bool lists and doubles in place (observer.cpp, encode_inputs). These ops reach
+every other branch: a tensor of seven dims, a list of 13 ints, tensor, bool,
+float and optional-tensor lists, a string, doubles and a sparse tensor. The
+expected values are what the observer wrote before its encoding was rewritten
+(issue 19), which the exported trace must still hold.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import opscope
+from opscope.collect import COLLECTOR_ENV
+
+
+def exotic_ops() -> None:
+    x7 = torch.randn(1, 2, 1, 2, 1, 2, 3)
+    x = torch.randn(4, 8)
+    img = torch.randn(1, 2, 5, 5, requires_grad=True)
+    w = torch.randn(3, 2, 3, 3, requires_grad=True)
+    torch.permute(x7, (6, 5, 4, 3, 2, 1, 0))
+    torch.zeros([1] * 13)
+    torch.cat([x, x, x], dim=0)
+    torch.nn.functional.conv2d(img, w, padding=1).sum().backward()  # output_mask: bools
+    torch.tensor([1.5, 2.5]).clamp(min=0.1, max=2.0)
+    torch.linalg.vector_norm(x, 2.0, [0, 1], False)
+    torch.index_put(torch.zeros(5), (torch.tensor([1, 3]),), torch.tensor([1.0, 2.0]))
+    torch.nn.functional.interpolate(img.detach(), scale_factor=[1.5, 1.5], mode="nearest")
+    torch.einsum("ij,jk->ik", x, x.t())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.tensor([1.0, 2.0]), (3,)).coalesce()
+
+
+EXPECTED = {  # name -> (Input Dims, Input type, Input Strides, Concrete Inputs)
+    "aten::permute": ([[1, 2, 1, 2, 1, 2, 3], []], ["float", "ScalarList"],
+                      [[24, 12, 12, 6, 6, 3, 1], []], ["", "[6, 5, 4, 3, 2, 1, 0]"]),
+    "aten::zeros": ([[], [], [], [], []], ["ScalarList", "", "", "", "Scalar"],
+                    [[], [], [], [], []], ["[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]", "", "", "",
+                                           "False"]),
+    "aten::zero_": ([[1] * 13], ["float"], [[1] * 13], [""]),
+    "aten::cat": ([[], []], ["TensorList", "Scalar"], [[], []], ["", "0"]),
+    "aten::convolution_backward": (
+        [[1, 3, 5, 5], [1, 2, 5, 5], [3, 2, 3, 3], [], [], [], [], [], [], [], []],
+        ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "ScalarList",
+         "Scalar", "ScalarList", "Scalar", "ScalarList"],
+        [[0, 0, 0, 0], [50, 25, 5, 1], [18, 9, 3, 1], [], [], [], [], [], [], [], []],
+        ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[1, 1, 0]"]),
+    "aten::clamp": ([[2], [], []], ["float", "Scalar", "Scalar"], [[1], [], []], ["", "0.1", "2.0"]),
+    "aten::linalg_vector_norm": ([[4, 8], [], [], [], []],
+                                 ["float", "Scalar", "ScalarList", "Scalar", ""],
+                                 [[8, 1], [], [], [], []], ["", "2.0", "[0, 1]", "False", ""]),
+    "aten::index_put": ([[5], [], [2], []], ["float", "", "float", "Scalar"],
+                        [[1], [], [1], []], ["", "", "", "False"]),
+    "aten::upsample_nearest2d": ([[1, 2, 5, 5], [], []], ["float", "", ""],
+                                 [[50, 25, 5, 1], [], []], ["", "", ""]),
+    "aten::einsum": ([[], [], []], ["String", "TensorList", ""], [[], [], []], ["", "", ""]),
+    "aten::coalesce": ([[3]], ["float"], [[0]], [""]),
+}
+KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+
+
+@pytest.fixture(scope="module")
+def first_of_each(tmp_path_factory):
+    """The first event of each op name, recorded by the native observer."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(COLLECTOR_ENV, "native")
+        exotic_ops()  # warm-up: names interned, the fast path taken from the first op on
+        with opscope.profile(record_shapes=True) as prof:
+            exotic_ops()
+    path = tmp_path_factory.mktemp("inputs") / "trace.json"
+    prof.export_chrome_trace(str(path))
+    found = {}
+    for event in json.loads(path.read_text())["traceEvents"]:
+        if event.get("cat") == "cpu_op" and event["name"] not in found:
+            found[event["name"]] = tuple(event["args"].get(k) for k in KEYS)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_inputs_outside_the_common_case(first_of_each, name):
+    assert first_of_each[name] == tuple(EXPECTED[name])
+
+
+def test_ops_wider_than_the_reserved_room_across_chunks(native_only):
+    """Ops whose inputs take more words than their common-case room (three tensors of seven
+    dims, a 13-int list), thousands of times: the encoded inputs span several chunks of
+    words (64k each) and every op's inputs are read back whole."""
+    x7 = torch.randn(1, 2, 1, 2, 1, 2, 3)
+    with opscope.profile(record_shapes=True) as prof:
+        for _ in range(2500):
+            torch.addcmul(x7, x7, x7, value=0.5)
+            torch.zeros([1] * 13)
+    addcmul = [e for e in prof.events() if e.name == "aten::addcmul"]
+    zeros = [e for e in prof.events() if e.name == "aten::zeros"]
+    assert len(addcmul) == len(zeros) == 2500
+    dims = [1, 2, 1, 2, 1, 2, 3]
+    assert all(e.input_shapes == [dims, dims, dims, []] for e in addcmul)
+    assert all(e.input_shapes[0] == [] and len(e.input_shapes) == 5 for e in zeros)
