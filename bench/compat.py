@@ -31,13 +31,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_PAIRS = ("2.4.1/3.11", "2.8.0/3.11", "2.8.0/3.12", "2.13.0/3.11",
-                 "2.15.0/3.12", "2.15.0/3.13")
+DEFAULT_PAIRS = ("2.4.1/3.10", "2.4.1/3.11", "2.8.0/3.11", "2.8.0/3.12", "2.13.0/3.11",
+                 "2.14.1/3.11", "2.15.0/3.12", "2.15.0/3.13")
 TEST_FILES = (
     # fidelity: op names and counts against the installed torch.profiler, eager and compiled
     "tests/test_fidelity.py", "tests/test_compile_ranges.py", "tests/test_flops_versions.py",
     # stacks
     "tests/test_with_stack.py", "tests/test_stacks.py", "tests/test_stack_layouts.py",
+    # the native observer's input encoding outside the common case
+    "tests/test_native_inputs.py",
     # API
     "tests/test_api_names.py", "tests/test_api_215.py", "tests/test_profile_api.py",
     "tests/test_python_collector_hops.py",
