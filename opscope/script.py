@@ -4,9 +4,7 @@
 folder; both are restored afterwards. The script's ending is kept as a
 :class:`ScriptOutcome`: its exit status, and ``report()`` printing what
 Python would print at exit (the traceback, trimmed to the script's frames, or
-the ``sys.exit("message")`` text). Before the script runs, a torch.distributed
-job's group is kept from outliving ``destroy_process_group()``
-(:mod:`opscope.collect.group_lifetime`).
+the ``sys.exit("message")`` text).
 
 Example::
 
@@ -26,8 +24,6 @@ import traceback
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Callable, Iterator, List, NamedTuple, Optional
-
-from opscope.collect.group_lifetime import import_before_the_group
 
 SIGINT_EXIT = 130
 
@@ -102,7 +98,6 @@ def syntax_error(path: str) -> Optional[str]:
 
 def run_script(path: str, args: List[str]) -> ScriptOutcome:
     """Run ``path`` as ``__main__`` with ``args``; never raises for the script's own errors."""
-    import_before_the_group()
     try:
         with script_environment(path, args):
             runpy.run_path(path, run_name="__main__")

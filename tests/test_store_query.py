@@ -186,7 +186,6 @@ def test_readme_sql_blocks_are_the_tested_examples():
 
 HANDLER_JOB = """\
 import sys, torch, torch.distributed as dist, opscope
-import torch.distributed.nn  # before the group (opscope/collect/group_lifetime.py)
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))

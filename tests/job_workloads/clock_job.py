@@ -15,7 +15,6 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before the group (opscope/collect/group_lifetime.py)
 
 
 def main():

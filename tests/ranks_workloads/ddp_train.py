@@ -19,7 +19,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before the group (opscope/collect/group_lifetime.py)
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 COUNT = [0]
