@@ -185,7 +185,7 @@ def test_readme_sql_blocks_are_the_tested_examples():
 
 
 HANDLER_JOB = """\
-import sys, torch, torch.distributed as dist, opscope
+import sys, time, torch, torch.distributed as dist, opscope
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
@@ -197,6 +197,7 @@ with opscope.profile(record_shapes=True, on_trace_ready=opscope.store_handler(sy
         opt.step()
         opt.zero_grad()
         prof.step()
+time.sleep(0.1)  # gloo's workers drop the last tensors first (pytorch #190489)
 dist.destroy_process_group()
 """
 

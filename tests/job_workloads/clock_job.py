@@ -12,6 +12,7 @@ rank 0 never answers the other ranks' pings.
 import argparse
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -50,6 +51,9 @@ def main():
     dist.all_reduce(token)
     with open(os.path.join(args.outdir, f"done.rank{rank}.txt"), "w") as f:
         f.write(str(int(token.item())))
+    # gloo's workers take the GIL to drop the last collective's tensors: give it to them
+    # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 

@@ -41,6 +41,9 @@ def main():
         if stop.item() > 0:
             break
         time.sleep(0.02)
+    # gloo's workers take the GIL to drop the last collective's tensors: give it to them
+    # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 

@@ -92,6 +92,9 @@ def main():
         prof.export_chrome_trace(path)
         with open(os.path.join(args.outdir, f"counts.rank{rank}.txt"), "w") as f:
             f.write(str(COUNT[0]))
+    # gloo's workers take the GIL to drop the last collective's tensors: give it to them
+    # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 

@@ -8,6 +8,7 @@ a broadcast and a barrier. Each rank writes OUTDIR/job.rank<R>.pt.trace.json.
 
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,9 @@ def main(folder: str) -> None:
             dist.broadcast(tensor, 0)
             dist.barrier()
     prof.export_chrome_trace(os.path.join(folder, f"job.rank{rank}.pt.trace.json"))
+    # gloo's workers take the GIL to drop the last collective's tensors: give it to them
+    # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 

@@ -85,6 +85,9 @@ def main():
     finally:
         with open(os.path.join(args.counts_dir, f"counts.rank{rank}.txt"), "w") as f:
             json.dump(COUNTS, f)
+    # gloo's workers take the GIL to drop the last collective's tensors: give it to them
+    # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 
