@@ -20,7 +20,11 @@ The child runs with ``PYTHONHASHSEED=0``, one intra-op thread and the garbage co
 off, so two runs give the same counts to within a few instructions per op. Ops per run are
 the events opscope records for one run of the workload (its RecordFunction calls).
 
-    python bench/instructions.py [--quick] [--json PATH] [--by-function] [--keep DIR]
+    python bench/instructions.py [--quick] [--runs N] [--json PATH] [--by-function] [--keep DIR]
+
+``--runs N`` (default 3; 1 with ``--quick``) repeats the whole callgrind run N times: the
+heap's state moves each row's count by a few instructions per op from run to run, so the
+table gives each row's median over the runs and the range of its excess.
 
 ``--by-function`` adds, per workload, opscope's own instructions per op by function: each
 function's self count (callgrind_annotate) in an opscope row minus the same function's in
@@ -36,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,6 +163,7 @@ def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path) -> dict
     from empty_observer import load
 
     load()  # build the native module here, not under valgrind
+    folder.mkdir(parents=True, exist_ok=True)
     out = folder / "callgrind.out"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            f"--toggle-collect={REGION}", f"--dump-after={REGION}",
@@ -241,10 +247,27 @@ def table_rows(counts: Dict[tuple, int], ops: Dict[str, int], rows: List[str]) -
     return out
 
 
+def median_rows(tables: List[List[list]]) -> List[list]:
+    """One table from several runs' (``table_rows``): each row's median instructions/op and
+    median excess, its ratio to before, and the excess's range over the runs ("a-b")."""
+    out = []
+    for rows in zip(*tables):
+        first = rows[0]
+        per_op = statistics.median(r[3] for r in rows)
+        excesses = [r[5] for r in rows if r[5] is not None]
+        excess = round(statistics.median(excesses)) if excesses else None
+        before = first[6]
+        spread = f"{min(excesses)}-{max(excesses)}" if excesses else None
+        out.append([*first[:3], round(per_op), first[4], excess, spread, before,
+                    common.ratio(excess, before) if before and excess else None])
+    return out
+
+
 def targets(rows: List[list], command: str) -> List[dict]:
     """Issue 19: opscope's own instructions per op at most a third of BEFORE's."""
     out = []
-    for workload, row, _, _, floor, excess, before, _ in rows:
+    for workload, row, _, _, floor, excess, *rest in rows:
+        before = rest[-2]
         if row in TARGET_ROWS and before:
             out.append(common.target(
                 f"{workload}, {row}: opscope's own instructions per op (minus {floor}) "
@@ -258,6 +281,9 @@ def main() -> None:
     p.add_argument("--by-function", action="store_true",
                    help="also list opscope's own instructions per op by function")
     p.add_argument("--keep", metavar="DIR", help="keep the callgrind dumps in DIR")
+    p.add_argument("--runs", type=int, default=None,
+                   help="callgrind runs; the table gives each row's median (default 3, "
+                        "1 with --quick)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     if "--child" in sys.argv:
         spec = json.loads(sys.argv[sys.argv.index("--child") + 1])
@@ -273,13 +299,17 @@ def main() -> None:
     rows = list(ROWS)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="opscope-cg-"))
     folder.mkdir(parents=True, exist_ok=True)
+    runs = args.runs or (1 if args.quick else 3)
     try:
-        res = run_callgrind(sizes, rows, folder)
-        dumps = {tuple(label): d for label, d in zip(res["labels"], res["dumps"])}
-        counts = {k: total_instructions(d) for k, d in dumps.items()}
-        ops = res["ops"]
-        table = table_rows(counts, ops, rows)
-        breakdown = []
+        tables = []
+        for k in range(runs):
+            res = run_callgrind(sizes, rows, folder / f"run{k}")
+            dumps = {tuple(label): d for label, d in zip(res["labels"], res["dumps"])}
+            counts = {key: total_instructions(d) for key, d in dumps.items()}
+            ops = res["ops"]
+            tables.append(table_rows(counts, ops, rows))
+        table = median_rows(tables)
+        breakdown = []  # from the last run: opscope's own functions count the same in each
         if args.by_function:
             for name in ops:
                 for row in TARGET_ROWS:
@@ -289,7 +319,7 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
     command = common.command_line("instructions.py")
     common.finish(result(table, targets(table, command), breakdown, command, sizes, counts,
-                         ops), args)
+                         ops, runs), args)
 
 
 # What is left per op and what limits the 1/3 targets, from the --by-function breakdown at
@@ -317,9 +347,10 @@ LIMITS_NOTE = (
 
 
 def result(table: List[list], target_rows: List[dict], breakdown: List[list], command: str,
-           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int]) -> dict:
+           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int],
+           runs: int = 1) -> dict:
     """The script's result (see common.py); no rows when valgrind is missing."""
-    notes = [_method_note(sizes)]
+    notes = [_method_note(sizes, runs)]
     if not table:
         notes.insert(0, "valgrind is not installed on this machine: no figures.")
     if table:
@@ -332,15 +363,17 @@ def result(table: List[list], target_rows: List[dict], breakdown: List[list], co
     return {"title": "Instructions per op (callgrind)", "command": command,
             "machine": common.machine_info(),
             "columns": ["workload", "row", "ops per run", "instructions/op", "floor",
-                        "excess over floor", f"excess at {BEFORE['commit']}",
+                        "excess over floor", "excess range", f"excess at {BEFORE['commit']}",
                         "excess / before"],
             "rows": table, "targets": target_rows, "notes": notes,
             "raw": {"counts": {f"{w}/{r}": c for (r, w), c in counts.items()},
                     "ops": ops, "sizes": sizes, "by_function": breakdown}}
 
 
-def _method_note(sizes: Dict[str, dict]) -> str:
-    return ("Instructions (callgrind's Ir) executed inside one run of the workload while the "
+def _method_note(sizes: Dict[str, dict], runs: int = 1) -> str:
+    return (f"Each row is the median of {runs} callgrind run(s) of the whole script; 'excess "
+            "range' is the lowest and highest excess over those runs. "
+            "Instructions (callgrind's Ir) executed inside one run of the workload while the "
             "row's profiler records it, after one uncounted warm-up run in the same session; "
             "start-up, profiler start and stop are not counted (see the script's docstring). "
             "Per op: divided by the ops of one run (the events opscope records). 'excess over "
