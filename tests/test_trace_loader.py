@@ -206,18 +206,37 @@ def _torch_rows(rows):
             for r in rows}
 
 
+def _allocation_on_an_op_edge(loaded) -> bool:
+    """Whether an allocation lies within 1 ns of an op's start or end on any thread.
+
+    torch.profiler compares such times as float microseconds (2.4: ``start_ns / 1000 * 1000``),
+    so which op it counts that allocation in is not given by the trace's nanoseconds.
+    """
+    edges = np.sort(np.concatenate([loaded.table.start_ns, loaded.table.end_ns]))
+    t = loaded.memory["time_ns"]
+    if len(edges) == 0 or len(t) == 0:
+        return False
+    pos = np.searchsorted(edges, t)
+    below = edges[np.clip(pos - 1, 0, len(edges) - 1)]
+    above = edges[np.clip(pos, 0, len(edges) - 1)]
+    return bool(((np.abs(t - below) <= 1) | (np.abs(above - t) <= 1)).any())
+
+
 @pytest.mark.parametrize("with_stack", [False, True])
 def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
     step = mlp_step_fn()
     step()
-    with torch.profiler.profile(record_shapes=True, profile_memory=True,
-                                with_stack=with_stack) as prof:
-        for _ in range(2):
-            with torch.profiler.record_function("my_step"):
-                step()
     path = str(tmp_path / "torch.json")
-    prof.export_chrome_trace(path)
-    loaded = load_session(path)
+    for _ in range(5):  # a recording whose allocations all lie clear of the ops' edges
+        with torch.profiler.profile(record_shapes=True, profile_memory=True,
+                                    with_stack=with_stack) as prof:
+            for _ in range(2):
+                with torch.profiler.record_function("my_step"):
+                    step()
+        prof.export_chrome_trace(path)
+        loaded = load_session(path)
+        if not _allocation_on_an_op_edge(loaded):
+            break
     assert _torch_rows(key_averages(loaded.table)) == _torch_rows(prof.key_averages())
     by_shape = lambda rows: {(r.key, str(r.input_shapes), r.count) for r in rows}  # noqa: E731
     assert by_shape(key_averages(loaded.table, group_by_input_shape=True)) == \
