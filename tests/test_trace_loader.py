@@ -9,6 +9,7 @@ own key_averages on the same profile.
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 import os
 
@@ -206,12 +207,23 @@ def _torch_rows(rows):
             for r in rows}
 
 
-def _allocation_on_an_op_edge(loaded) -> bool:
-    """Whether an allocation lies within 1 ns of an op's start or end on any thread.
+def _attribution_blur_ns(prof) -> float:
+    """How far from an op's edge torch.profiler may count an allocation in or out of the op.
 
-    torch.profiler compares such times as float microseconds (2.4: ``start_ns / 1000 * 1000``),
-    so which op it counts that allocation in is not given by the trace's nanoseconds.
+    torch up to 2.8 finds an op's allocations by its start and end in float microseconds
+    (``MemRecordsAcc.in_interval(start_us, end_us)``) of times that may count from the epoch:
+    at today's dates a double holds them to 0.25 us. Later torch compares integer ns.
     """
+    from torch.autograd.profiler_util import MemRecordsAcc
+
+    if "start_ns" in inspect.signature(MemRecordsAcc.in_interval).parameters:
+        return 1.0
+    latest = max((e.start_ns() for e in prof.profiler.kineto_results.events()), default=0)
+    return max(1.0, float(np.spacing(latest / 1000.0)) * 1000.0)
+
+
+def _allocation_near_an_op_edge(loaded, blur_ns: float) -> bool:
+    """Whether an allocation lies within ``blur_ns`` of an op's start or end."""
     edges = np.sort(np.concatenate([loaded.table.start_ns, loaded.table.end_ns]))
     t = loaded.memory["time_ns"]
     if len(edges) == 0 or len(t) == 0:
@@ -219,7 +231,7 @@ def _allocation_on_an_op_edge(loaded) -> bool:
     pos = np.searchsorted(edges, t)
     below = edges[np.clip(pos - 1, 0, len(edges) - 1)]
     above = edges[np.clip(pos, 0, len(edges) - 1)]
-    return bool(((np.abs(t - below) <= 1) | (np.abs(above - t) <= 1)).any())
+    return bool(((np.abs(t - below) <= blur_ns) | (np.abs(above - t) <= blur_ns)).any())
 
 
 @pytest.mark.parametrize("with_stack", [False, True])
@@ -235,7 +247,9 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
                     step()
         prof.export_chrome_trace(path)
         loaded = load_session(path)
-        if not _allocation_on_an_op_edge(loaded):
+        blur_ns = _attribution_blur_ns(prof)
+        clear = not _allocation_near_an_op_edge(loaded, blur_ns)
+        if clear:
             break
     assert _torch_rows(key_averages(loaded.table)) == _torch_rows(prof.key_averages())
     by_shape = lambda rows: {(r.key, str(r.input_shapes), r.count) for r in rows}  # noqa: E731
@@ -248,11 +262,13 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
     assert len(loaded.table) == len(events)
     assert bool(loaded.python_function_rows.any()) is \
         (with_stack and loaded.python_functions == "counted")
-    # [memory] events become allocator records, attributed to ops as torch does
+    # [memory] events become allocator records, attributed to ops as torch does (where
+    # torch's own attribution is sharp: no allocation within its blur of an op's edge)
     memory_rows = lambda rows: {(r.key, r.count, r.cpu_memory_usage,  # noqa: E731
                                  r.self_cpu_memory_usage) for r in rows}
-    assert memory_rows(key_averages(loaded.table, memory=loaded.event_memory)) == \
-        memory_rows(prof.key_averages())
+    if clear or blur_ns <= 1.0:
+        assert memory_rows(key_averages(loaded.table, memory=loaded.event_memory)) == \
+            memory_rows(prof.key_averages())
     assert len(loaded.memory) and (loaded.memory["bytes"] > 0).any()
     assert (loaded.memory["bytes"] < 0).any()
     assert loaded.start_ns <= loaded.memory["time_ns"].min()
