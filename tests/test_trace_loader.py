@@ -8,6 +8,7 @@ own key_averages on the same profile.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import inspect
 import json
@@ -264,8 +265,13 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
         (with_stack and loaded.python_functions == "counted")
     # [memory] events become allocator records, attributed to ops as torch does (where
     # torch's own attribution is sharp: no allocation within its blur of an op's edge)
+    # torch counts an allocation in every op whose span holds it, on any thread (README,
+    # "Differences"); opscope in the ops of its own thread: compared on the keys of events
+    # of threads that allocate (another thread's frames, e.g. an idle pool's, are left out)
+    on_allocating = np.isin(loaded.table.thread_index, loaded.memory["thread_index"])
+    keys = {loaded.table.symbols.names[i] for i in np.unique(loaded.table.name_id[on_allocating])}
     memory_rows = lambda rows: {(r.key, r.count, r.cpu_memory_usage,  # noqa: E731
-                                 r.self_cpu_memory_usage) for r in rows}
+                                 r.self_cpu_memory_usage) for r in rows if r.key in keys}
     if clear or blur_ns <= 1.0:
         assert memory_rows(key_averages(loaded.table, memory=loaded.event_memory)) == \
             memory_rows(prof.key_averages())
@@ -273,6 +279,26 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
     assert (loaded.memory["bytes"] < 0).any()
     assert loaded.start_ns <= loaded.memory["time_ns"].min()
     assert loaded.memory["time_ns"].max() <= loaded.stop_ns
+
+
+def test_an_idle_threads_frames_get_no_memory_of_other_threads(tmp_path):
+    """torch.profiler counts the main thread's allocations in an idle pool thread's Python
+    frames (their span holds them); opscope counts none there (README, "Differences")."""
+    step = mlp_step_fn()
+    step()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(int).result()  # the worker now waits in _worker, its frames open
+        with torch.profiler.profile(profile_memory=True, with_stack=True) as prof:
+            step()
+        path = str(tmp_path / "torch.json")
+        prof.export_chrome_trace(path)
+    loaded = load_session(path)
+    ours = {r.key: r.cpu_memory_usage
+            for r in key_averages(loaded.table, memory=loaded.event_memory)}
+    theirs = {r.key: r.cpu_memory_usage for r in prof.key_averages()}
+    pool_frames = [k for k in theirs if k.startswith("concurrent/futures/thread.py")]
+    assert pool_frames and all(theirs[k] != 0 for k in pool_frames)
+    assert all(ours[k] == 0 for k in pool_frames)
 
 
 def table_cells(text: str) -> list:
