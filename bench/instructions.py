@@ -322,28 +322,35 @@ def main() -> None:
                          ops, runs), args)
 
 
-# What is left per op and what limits the 1/3 targets, from the --by-function breakdown at
-# commit 7e5f6a0 (figures in instructions per op).
+# What is left per op and what limits the 1/3 targets, from the --by-function breakdown of
+# the observer at 7553d75 (figures in instructions per op).
 LIMITS_NOTE = (
-    "What is left, and what limits the 1/3 targets (breakdown at 7e5f6a0, instructions per "
-    "op). opscope's own functions add 88 per tiny op to the empty observer (213 before): "
-    "on_start_fast 75 (it calls nothing: the thread's state through torch's thread number, "
-    "checked against the thread pointer, about 17; the name id through the schema reference "
-    "the RecordFunction holds, about 10; the handshake with stop(), a locked exchange and a "
-    "re-read, 6; reading six fields of the RecordFunction and writing the 48-byte record and "
-    "its context, about 30; the TSC read and the return), on_end 7, and torch deleting the "
-    "context opscope returns (its virtual delete 6, our release mark 4). The table's excess "
-    "is that plus the interpreter's pymalloc, which differs between rows by 5 to 15 either "
-    "way; a third of 213 is 71. Going lower would mean returning no context (on_end could no "
-    "longer find its record when a range ends on another thread or out of order) or no "
-    "handshake (stop() could free a chunk an on_start is still writing). On the MLP step, "
-    "22% of the ops are ranges that hold their own name (autograd's evaluate_function and "
-    "node ranges, whose names torch builds anew at each call): each is found by content, a "
-    "whole-name compare of about 50 bytes, about 140 instructions per such op, 31 per op "
-    "on average (on_start_own_name). With record_shapes, encoding the inputs is 147 (MLP) "
-    "to 197 (tiny op: two tensors and an int) per op: per tensor, dim, sizes, layout, "
-    "strides and dtype through TensorImpl's policy checks; per list input, torch's "
-    "out-of-line isTensorList/isIntList type checks (about 20 per op on the MLP step).")
+    "What is left, and what limits the 1/3 targets (observer of 7553d75, instructions per "
+    "op, from the breakdown by function below). Without options opscope's own functions "
+    "add 76 per tiny op (88 at 7e5f6a0, 213 before) and 95 per MLP op (105 at 7e5f6a0): "
+    "on_start_fast is about 62 on the common path and calls nothing (the thread's state "
+    "through torch's thread number, checked against the thread pointer and the session "
+    "generation in one compare; the name id through the schema reference the "
+    "RecordFunction holds; the handshake with stop(), a locked exchange and a re-read; "
+    "reading six fields of the RecordFunction and writing the 48-byte record and its "
+    "context; two TSC reads with on_end's), on_end 7, and torch deleting the context "
+    "opscope returns (its virtual delete 6, our release mark 4). Going lower would mean "
+    "returning no context (on_end could not find its record when a range ends on another "
+    "thread or out of order) or no handshake (stop() could free a chunk an on_start is "
+    "writing). On the MLP step 22% of the ops are ranges that hold their own name "
+    "(autograd's evaluate_function and node ranges, whose names torch builds anew at each "
+    "call): each is found by content, keyed by its length and first and last 16 bytes and "
+    "checked in full two words at a time, about 115 instructions per such op, 26 per op "
+    "on average (on_start_own_name). With record_shapes, encoding the inputs is 140 (MLP) "
+    "to 185 (tiny op: two tensors and an int) per op: per tensor about 35 (TensorImpl's "
+    "sizes, strides, layout and dtype, each behind a policy check whose rare branch calls "
+    "out, and the copy), per op about 30 (entering a function that can call out, and the "
+    "loop). The table's excess adds to the observer's own functions what the heap does "
+    "differently under it (malloc and pymalloc: -11 to +13 per op). Under valgrind the "
+    "addresses are fixed, so repeated runs of one build count the same; a change to the "
+    "native library moves later allocations and with them this term (an earlier build of "
+    "the same encoding, own functions 249 on the MLP step with record_shapes, showed an "
+    "excess of 233).")
 
 
 def result(table: List[list], target_rows: List[dict], breakdown: List[list], command: str,

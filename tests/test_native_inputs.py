@@ -105,3 +105,19 @@ def test_ops_wider_than_the_reserved_room_across_chunks(native_only):
     dims = [1, 2, 1, 2, 1, 2, 3]
     assert all(e.input_shapes == [dims, dims, dims, []] for e in addcmul)
     assert all(e.input_shapes[0] == [] and len(e.input_shapes) == 5 for e in zeros)
+
+
+def test_the_fast_path_is_found_on_this_torch(native_only):
+    """on_start_fast reads two private fields of at::RecordFunction at offsets found on a
+    probe object; where either is not found, every op takes the slower general path and the
+    results stay right, so only this test notices. Run on each torch of the version matrix
+    (bench/compat.py). After ops of both kinds (operators, and autograd's ranges with names
+    of their own) the variant index is confirmed, so those ranges take the fast path too."""
+    from opscope.collect.native_build import load_native
+
+    x = torch.randn(4, 4, requires_grad=True)
+    with opscope.profile():
+        (x * 2).sum().backward()
+    state = load_native().fast_path_state()
+    assert state["own_name_offset"] >= 0 and state["async_offset"] >= 0, state
+    assert state["variant_index_confirmed"], state

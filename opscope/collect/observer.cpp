@@ -513,6 +513,23 @@ struct NameEpochListener final : public c10::OpRegistrationListener {
   }
 };
 
+// torch built with the pre-C++11 library ABI (the registry's wheels up to
+// torch 2.7) has copy-on-write strings: one pointer to the characters, with
+// the length in the header just before them ({length, capacity, refcount}).
+#if defined(_GLIBCXX_USE_CXX11_ABI) && _GLIBCXX_USE_CXX11_ABI == 0
+constexpr bool kCowStrings = true;
+#else
+constexpr bool kCowStrings = false;
+#endif
+
+// The length of the string whose characters start at data, the string being
+// a copy-on-write one (kCowStrings).
+inline size_t cow_string_size(const char* data) {
+  size_t size;
+  std::memcpy(&size, data - 3 * sizeof(size_t), sizeof(size));
+  return size;
+}
+
 // Where, inside an at::RecordFunction, the std::string holding a name of its
 // own lives (a range's or an autograd node's name, as opposed to an operator
 // schema's): found once by looking at a fresh RecordFunction, whose name is
@@ -522,6 +539,18 @@ std::ptrdiff_t find_own_name_offset() {
   at::RecordFunction probe(at::RecordScope::FUNCTION);  // no before(): no callback runs
   const char* name = probe.name();
   const char* base = reinterpret_cast<const char*>(&probe);
+  if (kCowStrings) {  // the one word of the object that points at the name
+    std::ptrdiff_t found = -1;
+    for (size_t at = 0; at + sizeof(std::string) + 1 <= sizeof(at::RecordFunction);
+         at += alignof(std::string)) {
+      const char* data;
+      std::memcpy(&data, base + at, sizeof(data));
+      if (data != name) continue;
+      if (found >= 0) return -1;
+      found = std::ptrdiff_t(at);
+    }
+    return (found >= 0 && cow_string_size(name) == 0 && name[0] == '\0') ? found : -1;
+  }
   std::ptrdiff_t at = name - base - std::ptrdiff_t(2 * sizeof(void*));  // {data, size, buffer}
   if (at < 0 || size_t(at) + sizeof(std::string) + 1 > sizeof(at::RecordFunction)) return -1;
   const char* data;
@@ -586,11 +615,17 @@ inline size_t own_name_slot(const NameKey& k, size_t size) {
   return size_t(h >> (64 - kNameSlotBits));
 }
 
-// The length of the name fn holds (std::string: {data, size, ...}).
+// The length of the name fn holds (std::string: {data, size, ...}, or a
+// copy-on-write string's data pointer).
 inline size_t own_name_size(const at::RecordFunction& fn) {
+  const char* field = reinterpret_cast<const char*>(&fn) + g_own_name_offset;
+  if (kCowStrings) {
+    const char* data;
+    std::memcpy(&data, field, sizeof(data));
+    return cow_string_size(data);
+  }
   size_t size;
-  std::memcpy(&size, reinterpret_cast<const char*>(&fn) + g_own_name_offset + sizeof(void*),
-              sizeof(size));
+  std::memcpy(&size, field + sizeof(void*), sizeof(size));
   return size;
 }
 
@@ -1716,6 +1751,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, "Call fn() inside the symbol that bench/instructions.py counts under callgrind");
   m.attr("RECORD_SIZE") = int(sizeof(Record));
   m.attr("MEMORY_RECORD_SIZE") = int(sizeof(MemRecord));
+  m.def("fast_path_state", [] {
+    py::dict d;
+    d["tsc"] = g_use_tsc;
+    d["own_name_offset"] = int64_t(g_own_name_offset);
+    d["async_offset"] = int64_t(g_async_offset);
+    d["variant_index_confirmed"] =
+        g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed;
+    return d;
+  }, "What on_start_fast relies on, as found on this torch: the TSC clock, the two offsets "
+     "into at::RecordFunction (-1: not found, then every op takes on_start_general), and "
+     "whether names have confirmed the variant index (own-name ops take the fast path)");
   m.def("frame_walk_supported", &frame_walk_supported,
         "True when with_stack can read Python frames on this Python (its frame "
         "layout is in FrameLayouts, and OPSCOPE_NO_FRAME_WALK is unset)");
