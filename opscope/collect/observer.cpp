@@ -729,12 +729,16 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
     }
     uintptr_t key = descriptor_key(fn);
     SchemaNameSlot& s = ts.schema_names[key_slot(key)];
-    if (s.key != key) {
-      NameCacheSlot scratch;
-      s.id = name_id_slow(ts, scratch, name, std::strlen(name));
-      s.key = key;
-    }
-    return s.id;
+    SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
+    if (s.key == key) return s.id;
+    if (pair.key == key) return pair.id;
+    // Two slots per key: two operators whose schemas share a slot (likely among a
+    // step's few dozen, at addresses the heap chose) do not evict each other.
+    SchemaNameSlot& into = s.key == 0 ? s : pair;
+    NameCacheSlot scratch;
+    into.id = name_id_slow(ts, scratch, name, std::strlen(name));
+    into.key = key;
+    return into.id;
   }
   // A name fn holds (or any name, when the layout is unknown): its buffer may
   // be reused for another name, so it is looked up by content.
@@ -1300,8 +1304,6 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
   return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
 }
 
-// on_start_fast for a name fn holds (autograd nodes, ranges): found in the
-// cache by pointer and length, checked by content.
 // on_start_own_name for a name not in its cache slot: looked up by content
 // and put there, out of line (on_start_own_name calls it in tail position).
 template <bool kWithInputs>
@@ -1312,9 +1314,14 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_new_name
   return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
 }
 
+// on_start_fast when the operator's schema is not in its first slot: an
+// operator in its second slot, or a name fn holds (autograd nodes, ranges),
+// found in the cache by its quick key and checked by content.
 template <bool kWithInputs>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
+  int32_t id;
+  const SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];  // an operator's second slot
   if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
       variant_index(fn) == 0 && (key & 7) == 0) {
     size_t size = own_name_size(fn);
@@ -1324,9 +1331,14 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name
     if (__builtin_expect(!same_name(c, name, size, k), 0)) {
       return on_start_new_name<kWithInputs>(fn, ts, gen, c, async);
     }
-    return write_start<true, kWithInputs>(fn, ts, gen, c.id, async, fn.threadId());
+    id = c.id;
+  } else if (pair.key == key &&
+             ts.names_epoch == g_names_epoch.load(std::memory_order_acquire)) {
+    id = pair.id;
+  } else {
+    return on_start_general(fn);
   }
-  return on_start_general(fn);
+  return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
 }
 
 // The common case, registered when the TSC is the clock and both offsets
