@@ -85,8 +85,9 @@ def main() -> None:
     notes = [f"Events per sample: {n:,} `torch.add` calls (events column: what opscope "
              "counted). Figures are medians over subprocesses; RSS is read from "
              "/proc/self/status (VmRSS), so the resolution is one 4 KiB page over the whole "
-             "run. opscope's native record is 48 bytes; what is above that is allocator "
-             "slack and per-chunk overhead (or, with shapes, the encoded inputs)."]
+             "run. opscope's native record is 48 bytes, in a 56-byte slot with the 8-byte "
+             "context torch holds for the op; what is above that is allocator slack and "
+             "per-chunk overhead (or, with shapes, the encoded inputs)."]
     common.finish({"title": "Collector memory per recorded event",
                    "command": common.command_line("collector_memory.py"),
                    "machine": common.machine_info(),
