@@ -789,7 +789,7 @@ struct InputRun {
   void finish() { out.commit(size_t(w - start)); }
 };
 
-// Copies n (<= kInlineDims) words without a loop.
+// Copies n words: up to five (torch's inline dims) without a loop or a call.
 inline void copy_dims(int64_t* to, const int64_t* from, int64_t n) {
   switch (n) {
     case 5: to[4] = from[4]; [[fallthrough]];
@@ -797,7 +797,8 @@ inline void copy_dims(int64_t* to, const int64_t* from, int64_t n) {
     case 3: to[2] = from[2]; [[fallthrough]];
     case 2: to[1] = from[1]; [[fallthrough]];
     case 1: to[0] = from[0]; [[fallthrough]];
-    default: break;
+    case 0: break;
+    default: std::memcpy(to, from, size_t(n) * sizeof(int64_t));
   }
 }
 
@@ -818,18 +819,9 @@ inline void encode_tensor(const at::Tensor& t, InputRun& run, size_t inputs_left
   int64_t* w = run.w;
   w[0] = 1;
   w[1] = nd;
-  if (nd <= kInlineDims) {
-    copy_dims(w + 2, sizes, nd);
-  } else {
-    std::memcpy(w + 2, sizes, size_t(nd) * sizeof(int64_t));
-  }
+  copy_dims(w + 2, sizes, nd);
   if (impl->layout() == at::kStrided) {
-    const int64_t* strides = impl->strides().data();
-    if (nd <= kInlineDims) {
-      copy_dims(w + 2 + nd, strides, nd);
-    } else {
-      std::memcpy(w + 2 + nd, strides, size_t(nd) * sizeof(int64_t));
-    }
+    copy_dims(w + 2 + nd, impl->strides().data(), nd);
   } else {
     for (int64_t i = 0; i < nd; ++i) w[2 + nd + i] = 0;
   }
