@@ -20,11 +20,11 @@ The child runs with ``PYTHONHASHSEED=0``, one intra-op thread and the garbage co
 off, so two runs give the same counts to within a few instructions per op. Ops per run are
 the events opscope records for one run of the workload (its RecordFunction calls).
 
-    python bench/instructions.py [--quick] [--runs N] [--json PATH] [--by-function] [--keep DIR]
+    python bench/instructions.py [--quick] [--json PATH] [--by-function] [--keep DIR]
 
-``--runs N`` (default 3; 1 with ``--quick``) repeats the whole callgrind run N times: the
-heap's state moves each row's count by a few instructions per op from run to run, so the
-table gives each row's median over the runs and the range of its excess.
+Under valgrind the address layout is fixed, so repeated runs of one build count the same
+(three runs checked, 2026-11-26); a rebuilt native library can still move a row's excess by
+a few instructions per op through what malloc does differently.
 
 ``--by-function`` adds, per workload, opscope's own instructions per op by function: each
 function's self count (callgrind_annotate) in an opscope row minus the same function's in
@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,8 +128,8 @@ def trim_heap() -> None:
     """Give malloc's free memory back (glibc's malloc_trim) before a counted region.
 
     What earlier rows left on the heap changes what malloc and free cost in the next
-    region by up to 15 instructions per op either way; trimming before each region puts
-    every row on a heap in the same state, so the rows' difference is their profilers'.
+    region; trimming before each region starts every row from a trimmed heap. It does not
+    remove the rest of the heap's part (see _method_note).
     """
     try:
         ctypes.CDLL(None).malloc_trim(0)
@@ -178,7 +177,6 @@ def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path) -> dict
     from empty_observer import load
 
     load()  # build the native module here, not under valgrind
-    folder.mkdir(parents=True, exist_ok=True)
     out = folder / "callgrind.out"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            f"--toggle-collect={REGION}", f"--dump-after={REGION}",
@@ -262,27 +260,10 @@ def table_rows(counts: Dict[tuple, int], ops: Dict[str, int], rows: List[str]) -
     return out
 
 
-def median_rows(tables: List[List[list]]) -> List[list]:
-    """One table from several runs' (``table_rows``): each row's median instructions/op and
-    median excess, its ratio to before, and the excess's range over the runs ("a-b")."""
-    out = []
-    for rows in zip(*tables):
-        first = rows[0]
-        per_op = statistics.median(r[3] for r in rows)
-        excesses = [r[5] for r in rows if r[5] is not None]
-        excess = round(statistics.median(excesses)) if excesses else None
-        before = first[6]
-        spread = f"{min(excesses)}-{max(excesses)}" if excesses else None
-        out.append([*first[:3], round(per_op), first[4], excess, spread, before,
-                    common.ratio(excess, before) if before and excess else None])
-    return out
-
-
 def targets(rows: List[list], command: str) -> List[dict]:
     """Issue 19: opscope's own instructions per op at most a third of BEFORE's."""
     out = []
-    for workload, row, _, _, floor, excess, *rest in rows:
-        before = rest[-2]
+    for workload, row, _, _, floor, excess, before, _ in rows:
         if row in TARGET_ROWS and before:
             out.append(common.target(
                 f"{workload}, {row}: opscope's own instructions per op (minus {floor}) "
@@ -296,9 +277,6 @@ def main() -> None:
     p.add_argument("--by-function", action="store_true",
                    help="also list opscope's own instructions per op by function")
     p.add_argument("--keep", metavar="DIR", help="keep the callgrind dumps in DIR")
-    p.add_argument("--runs", type=int, default=None,
-                   help="callgrind runs; the table gives each row's median (default 3, "
-                        "1 with --quick)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     if "--child" in sys.argv:
         spec = json.loads(sys.argv[sys.argv.index("--child") + 1])
@@ -314,17 +292,13 @@ def main() -> None:
     rows = list(ROWS)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="opscope-cg-"))
     folder.mkdir(parents=True, exist_ok=True)
-    runs = args.runs or (1 if args.quick else 3)
     try:
-        tables = []
-        for k in range(runs):
-            res = run_callgrind(sizes, rows, folder / f"run{k}")
-            dumps = {tuple(label): d for label, d in zip(res["labels"], res["dumps"])}
-            counts = {key: total_instructions(d) for key, d in dumps.items()}
-            ops = res["ops"]
-            tables.append(table_rows(counts, ops, rows))
-        table = median_rows(tables)
-        breakdown = []  # from the last run: opscope's own functions count the same in each
+        res = run_callgrind(sizes, rows, folder)
+        dumps = {tuple(label): d for label, d in zip(res["labels"], res["dumps"])}
+        counts = {k: total_instructions(d) for k, d in dumps.items()}
+        ops = res["ops"]
+        table = table_rows(counts, ops, rows)
+        breakdown = []
         if args.by_function:
             for name in ops:
                 for row in TARGET_ROWS:
@@ -334,45 +308,42 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
     command = common.command_line("instructions.py")
     common.finish(result(table, targets(table, command), breakdown, command, sizes, counts,
-                         ops, runs), args)
+                         ops), args)
 
 
 # What is left per op and what limits the 1/3 targets, from the --by-function breakdown of
-# the observer at 7553d75 (figures in instructions per op).
+# the observer at the end of 2026-11-26's session (figures in instructions per op).
 LIMITS_NOTE = (
-    "What is left, and what limits the 1/3 targets (observer of 7553d75, instructions per "
-    "op, from the breakdown by function below). Without options opscope's own functions "
-    "add 76 per tiny op (88 at 7e5f6a0, 213 before) and 95 per MLP op (105 at 7e5f6a0): "
-    "on_start_fast is about 62 on the common path and calls nothing (the thread's state "
-    "through torch's thread number, checked against the thread pointer and the session "
-    "generation in one compare; the name id through the schema reference the "
-    "RecordFunction holds; the handshake with stop(), a locked exchange and a re-read; "
-    "reading six fields of the RecordFunction and writing the 48-byte record and its "
-    "context; two TSC reads with on_end's), on_end 7, and torch deleting the context "
+    "What is left, and what limits the 1/3 targets (instructions per op, from the breakdown "
+    "by function below). Without options opscope's own functions add 76 per tiny op (88 at "
+    "7e5f6a0, 213 before) and 97 per MLP op (105 at 7e5f6a0): on_start_fast is about 62 on "
+    "the common path and calls nothing (the thread's state through torch's thread number, "
+    "checked against the thread pointer and the session generation in one compare; the name "
+    "id through the schema reference the RecordFunction holds; the handshake with stop(), a "
+    "locked exchange and a re-read; reading six fields of the RecordFunction and writing the "
+    "48-byte record and its context; the TSC read), on_end 7, and torch deleting the context "
     "opscope returns (its virtual delete 6, our release mark 4). Going lower would mean "
     "returning no context (on_end could not find its record when a range ends on another "
     "thread or out of order) or no handshake (stop() could free a chunk an on_start is "
     "writing). On the MLP step 22% of the ops are ranges that hold their own name "
     "(autograd's evaluate_function and node ranges, whose names torch builds anew at each "
     "call): each is found by content, keyed by its length and first and last 16 bytes and "
-    "checked in full two words at a time, about 115 instructions per such op, 26 per op "
-    "on average (on_start_own_name). With record_shapes, encoding the inputs is 140 (MLP) "
-    "to 185 (tiny op: two tensors and an int) per op: per tensor about 35 (TensorImpl's "
-    "sizes, strides, layout and dtype, each behind a policy check whose rare branch calls "
-    "out, and the copy), per op about 30 (entering a function that can call out, and the "
-    "loop). The table's excess adds to the observer's own functions what the heap does "
-    "differently under it (malloc and pymalloc: -11 to +13 per op). Under valgrind the "
-    "addresses are fixed, so repeated runs of one build count the same; a change to the "
-    "native library moves later allocations and with them this term (an earlier build of "
-    "the same encoding, own functions 249 on the MLP step with record_shapes, showed an "
-    "excess of 233).")
+    "checked in full two words at a time, about 130 instructions per such op, 30 per op on "
+    "average (on_start_own_name). With record_shapes, encoding the inputs is 136 (MLP) to "
+    "179 (tiny op: two tensors and an int) per op: per tensor about 35 (TensorImpl's sizes, "
+    "strides, layout and dtype, each behind a policy check whose rare branch calls out, and "
+    "the copy), per op about 30 (entering a function that can call out, and the loop). The "
+    "table's excess adds to the observer's own functions what the rest of the process does "
+    "differently under it (malloc, pymalloc): the heap is trimmed before each region, yet a "
+    "rebuilt native library still moves this term by several instructions per op (this "
+    "session: -11 to +18; two builds with the same own functions on the MLP step showed an "
+    "excess of 101 and 103 without options).")
 
 
 def result(table: List[list], target_rows: List[dict], breakdown: List[list], command: str,
-           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int],
-           runs: int = 1) -> dict:
+           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int]) -> dict:
     """The script's result (see common.py); no rows when valgrind is missing."""
-    notes = [_method_note(sizes, runs)]
+    notes = [_method_note(sizes)]
     if not table:
         notes.insert(0, "valgrind is not installed on this machine: no figures.")
     if table:
@@ -385,17 +356,15 @@ def result(table: List[list], target_rows: List[dict], breakdown: List[list], co
     return {"title": "Instructions per op (callgrind)", "command": command,
             "machine": common.machine_info(),
             "columns": ["workload", "row", "ops per run", "instructions/op", "floor",
-                        "excess over floor", "excess range", f"excess at {BEFORE['commit']}",
+                        "excess over floor", f"excess at {BEFORE['commit']}",
                         "excess / before"],
             "rows": table, "targets": target_rows, "notes": notes,
             "raw": {"counts": {f"{w}/{r}": c for (r, w), c in counts.items()},
                     "ops": ops, "sizes": sizes, "by_function": breakdown}}
 
 
-def _method_note(sizes: Dict[str, dict], runs: int = 1) -> str:
-    return (f"Each row is the median of {runs} callgrind run(s) of the whole script; 'excess "
-            "range' is the lowest and highest excess over those runs. "
-            "Instructions (callgrind's Ir) executed inside one run of the workload while the "
+def _method_note(sizes: Dict[str, dict]) -> str:
+    return ("Instructions (callgrind's Ir) executed inside one run of the workload while the "
             "row's profiler records it, after one uncounted warm-up run in the same session; "
             "start-up, profiler start and stop are not counted (see the script's docstring). "
             "Per op: divided by the ops of one run (the events opscope records). 'excess over "

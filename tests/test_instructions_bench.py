@@ -65,24 +65,3 @@ def test_trace_normalisation_keeps_what_is_recorded():
     assert alloc["args"]["Addr"] == free["args"]["Addr"] == 1
     assert unknown["args"]["Addr"] == "allocated before"
     assert out["baseTimeNanoseconds"] == 0 and out["traceName"] == "traceName"
-
-
-def test_several_runs_give_each_row_its_median_and_range():
-    ops = {"tiny_ops": 100}
-    rows = list(instructions.ROWS)
-    tables = []
-    for opscope_per_op in (1150, 1190, 1160):
-        counts = {(row, "tiny_ops"): 1000 * 100 for row in rows}
-        counts[("empty observer", "tiny_ops")] = 1100 * 100
-        counts[("opscope default", "tiny_ops")] = opscope_per_op * 100
-        tables.append(instructions.table_rows(counts, ops, rows))
-    merged = {r[1]: r for r in instructions.median_rows(tables)}
-    assert merged["opscope default"][3] == 1160  # instructions/op: the median
-    assert merged["opscope default"][5] == 60  # excess: the median of 50, 90, 60
-    assert merged["opscope default"][6] == "50-90"
-    assert merged["no profiler"][5] is None and merged["no profiler"][6] is None
-    before = instructions.BEFORE["excess"]["tiny_ops/opscope default"]
-    assert merged["opscope default"][7] == before
-    default = [t for t in instructions.targets(list(merged.values()), "cmd")
-               if "opscope default" in t["target"]]
-    assert len(default) == 1 and default[0]["met"] == (60 <= before / 3)
