@@ -332,15 +332,15 @@ uint64_t g_last_generation = 0;
 at::CallbackHandle g_handle = 0;
 
 // A name a RecordFunction holds, cached by content (own_name_slot): its
-// quick key (NameKey) and its words, compared in full on a hit.
+// length and quick key (NameKey), and its words, compared in full on a hit.
 struct NameCacheSlot {
-  const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
-  uint64_t first = 0;  // NameKey::first
+  uint32_t size = 0;  // the name's length
+  int32_t id = -1;
   uint64_t mid = 0;  // NameKey::mid
   uint64_t tail = 0;  // NameKey::tail
-  size_t size = 0;  // the name's length
-  int32_t id = -1;
+  const uint64_t* words = nullptr;  // the name, NUL-terminated, zero-padded to whole words
 };
+static_assert(sizeof(NameCacheSlot) == 32, "a cache slot is four words");
 
 // Names seen by content: open addressing over (hash, interned copy), no
 // std::string built per lookup.
@@ -583,35 +583,35 @@ inline size_t key_slot(uintptr_t key) {
 
 // Names fn holds are cached by content: autograd builds its
 // "evaluate_function: ..." names anew for each call, at varying addresses.
-// A name's quick key: its first 8 bytes and its last 16 (autograd's names
-// share their first bytes and end in "Backward0": the node's own name sits
-// just before). Each word lies inside the name when it is long enough, else
-// is 0; a name under 8 bytes is its first aligned word (name must be 8-byte
-// aligned, as std::string's buffers are, so that word, which holds the NUL,
-// never leaves the name's page) cut at its length.
+// A name's quick key: its last 16 bytes (autograd's names share their first
+// bytes and end in "Backward0": the node's own name sits just before), or
+// for a name under 16 bytes its first aligned word (cut at its length when
+// under 8) and its last 8 bytes. Every read lies inside the name, but for a
+// name under 8 bytes: name must be 8-byte aligned, as std::string's buffers
+// are, so that word, which holds the NUL, never leaves the name's page.
 struct NameKey {
-  uint64_t first;  // bytes [0, 8)
-  uint64_t mid;  // bytes [size - 16, size - 8)
-  uint64_t tail;  // bytes [size - 8, size)
+  uint64_t mid;  // bytes [size - 16, size - 8), or [0, 8) under 16 bytes
+  uint64_t tail;  // bytes [size - 8, size), or 0 under 8 bytes
 };
-__attribute__((no_sanitize_address)) inline NameKey name_key(const char* name, size_t size) {
-  NameKey k{0, 0, 0};
-  std::memcpy(&k.first, name, 8);
+__attribute__((no_sanitize_address, always_inline)) inline NameKey name_key(const char* name, size_t size) {
+  NameKey k{0, 0};
   if (__builtin_expect(size >= 16, 1)) {
     std::memcpy(&k.mid, name + size - 16, 8);
     std::memcpy(&k.tail, name + size - 8, 8);
-  } else if (size >= 8) {
-    std::memcpy(&k.tail, name + size - 8, 8);
   } else {
-    k.first &= (uint64_t(1) << (8 * size)) - 1;
+    std::memcpy(&k.mid, name, 8);
+    if (size >= 8) {
+      std::memcpy(&k.tail, name + size - 8, 8);
+    } else {
+      k.mid &= (uint64_t(1) << (8 * size)) - 1;
+    }
   }
   return k;
 }
 
 // The cache slot of a name: from its length and quick key.
 inline size_t own_name_slot(const NameKey& k, size_t size) {
-  uint64_t h = (k.first * 0x9e3779b97f4a7c15ULL) ^ (k.mid * 0xc2b2ae3d27d4eb4fULL) ^
-               ((k.tail + size) * 0x165667b19e3779f9ULL);
+  uint64_t h = (k.mid ^ size ^ ((k.tail << 29) | (k.tail >> 35))) * 0x9e3779b97f4a7c15ULL;
   return size_t(h >> (64 - kNameSlotBits));
 }
 
@@ -683,28 +683,26 @@ __attribute__((noinline)) int32_t name_id_slow(ThreadState& ts, NameCacheSlot& c
     std::memcpy(ts.padded.back().data(), name, n);
     e = ts.by_content.insert(str, n, h, id, ts.padded.back().data());
   }
+  int32_t id = e->id;
+  if (n >= (size_t(1) << 32)) return id;  // never cached (NameCacheSlot::size)
   NameKey k = name_key(reinterpret_cast<const char*>(e->words), n);  // the padded copy
   c.words = e->words;
-  c.first = k.first;
   c.mid = k.mid;
   c.tail = k.tail;
-  c.size = n;
-  c.id = e->id;
-  return c.id;
+  c.size = uint32_t(n);
+  c.id = id;
+  return id;
 }
 
 // Whether name (of length size, quick key k) is the cached one: the length
-// and quick key, then the 8-byte words that cover the bytes between its
-// first 8 and last 16, two at a time; every read lies inside the name.
+// and quick key, then the 8-byte words before the last 16 bytes, two at a
+// time; every read lies inside the name.
 __attribute__((always_inline)) inline bool same_name(const NameCacheSlot& c, const char* name,
                                                      size_t size, const NameKey& k) {
-  if (c.size != size || c.first != k.first || c.mid != k.mid || c.tail != k.tail ||
-      c.words == nullptr) {
-    return false;
-  }
+  if (c.size != size || c.mid != k.mid || c.tail != k.tail || c.words == nullptr) return false;
   const uint64_t* w = c.words;
-  size_t n = size > 24 ? (size - 16 + 7) / 8 : 1;  // words 1..n-1 cover [8, size - 16)
-  size_t i = 1;
+  size_t n = size > 16 ? (size - 9) / 8 : 0;  // words [0, n) cover [0, size - 16)
+  size_t i = 0;
   uint64_t a, b;
   for (; i + 1 < n; i += 2) {
     std::memcpy(&a, name + 8 * i, 8);
@@ -768,25 +766,27 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
 constexpr int64_t kInlineDims = C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE;
 constexpr size_t kInputWordsInline = 3 + 2 * kInlineDims;  // the most a common input takes
 
+// Passed by value to out-of-line helpers (and returned), so that the cursor
+// stays in a register on the common path.
 struct InputRun {
-  InputWords& out;
+  InputWords* out;
   int64_t* start;  // the first word not yet committed
   int64_t* w;  // the next word
   int64_t* end;  // the end of the reserved room
 
-  InputRun(InputWords& o, size_t need) : out(o) {
-    start = w = out.reserve(need);
-    end = out.end;
+  InputRun(InputWords& o, size_t need) : out(&o) {
+    start = w = out->reserve(need);
+    end = out->end;
   }
   // Room for need more words (commits what is written when it must grow).
   void room(size_t need) {
     if (__builtin_expect(size_t(end - w) < need, 0)) {
-      out.commit(size_t(w - start));
-      start = w = out.reserve(need);
-      end = out.end;
+      out->commit(size_t(w - start));
+      start = w = out->reserve(need);
+      end = out->end;
     }
   }
-  void finish() { out.commit(size_t(w - start)); }
+  void finish() { out->commit(size_t(w - start)); }
 };
 
 // Copies n words: up to five (torch's inline dims) without a loop or a call.
@@ -802,14 +802,24 @@ inline void copy_dims(int64_t* to, const int64_t* from, int64_t n) {
   }
 }
 
-// A tensor: [1, ndim, sizes..., strides..., dtype], or [0] when undefined.
-// inputs_left: how many inputs follow, whose room is kept.
-inline void encode_tensor(const at::Tensor& t, InputRun& run, size_t inputs_left) {
-  if (!t.defined()) {
-    *run.w++ = 0;
-    return;
+// TensorImpl's sizes and strides, read as its own inline accessors read them
+// (sizes(), strides()), through members it keeps protected: a pointer to a
+// protected member, formed in a derived class's scope, is legal C++.
+struct TensorImplPeek : c10::TensorImpl {
+  // Whether sizes and strides are both torch's own (no subclass overrides them).
+  static bool default_sizes_strides(const c10::TensorImpl& t) {
+    return !(t.*(&TensorImplPeek::matches_policy))(SizesStridesPolicy::CustomStrides);
   }
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  static const c10::impl::SizesAndStrides& sizes_and_strides(const c10::TensorImpl& t) {
+    return t.*(&TensorImplPeek::sizes_and_strides_);
+  }
+};
+
+// A tensor outside encode_tensor's common case (more dims than fit inline,
+// another layout, sizes or strides a subclass computes), through TensorImpl's
+// public accessors.
+__attribute__((noinline)) InputRun encode_tensor_general(const c10::TensorImpl* impl, InputRun run,
+                                                         size_t inputs_left) {
   c10::IntArrayRef size_list = impl->sizes();  // its length is dim()
   const int64_t* sizes = size_list.data();
   int64_t nd = int64_t(size_list.size());
@@ -827,6 +837,40 @@ inline void encode_tensor(const at::Tensor& t, InputRun& run, size_t inputs_left
   }
   w[2 + 2 * nd] = int64_t(c10::typeMetaToScalarType(impl->dtype()));
   run.w = w + 3 + 2 * nd;
+  return run;
+}
+
+// A tensor: [1, ndim, sizes..., strides..., dtype], or [0] when undefined.
+// inputs_left: how many inputs follow, whose room is kept. The common case (a
+// strided tensor whose sizes and strides torch keeps inline) copies all
+// kInlineDims words of each: the words past ndim lie inside torch's inline
+// array, and land inside this input's room, where the strides and the dtype,
+// or the next input, overwrite them.
+inline void encode_tensor(const at::Tensor& t, InputRun& run, size_t inputs_left) {
+  if (!t.defined()) {
+    *run.w++ = 0;
+    return;
+  }
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (__builtin_expect(TensorImplPeek::default_sizes_strides(*impl), 1)) {
+    const c10::impl::SizesAndStrides& dims = TensorImplPeek::sizes_and_strides(*impl);
+    size_t nd = dims.size();
+    if (__builtin_expect(nd <= size_t(kInlineDims) && impl->layout() == at::kStrided, 1)) {
+      static_assert(kInputWordsInline >= 2 + 2 * kInlineDims + 1, "the copies fit the room");
+      const int64_t* sizes = dims.sizes_data();  // read before any word is written
+      const int64_t* strides = dims.strides_data();
+      int64_t dtype = int64_t(c10::typeMetaToScalarType(impl->dtype()));
+      int64_t* w = run.w;
+      w[0] = 1;
+      w[1] = int64_t(nd);
+      std::memcpy(w + 2, sizes, sizeof(int64_t) * kInlineDims);
+      std::memcpy(w + 2 + nd, strides, sizeof(int64_t) * kInlineDims);
+      w[2 + 2 * nd] = dtype;
+      run.w = w + 3 + 2 * nd;
+      return;
+    }
+  }
+  run = encode_tensor_general(impl, run, inputs_left);
 }
 
 // An IValue's 8-byte payload (its first member): an int's value, a double's
@@ -1296,41 +1340,56 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
   return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
 }
 
-// on_start_own_name for a name not in its cache slot: looked up by content
-// and put there, out of line (on_start_own_name calls it in tail position).
-template <bool kWithInputs>
-__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_new_name(
-    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, NameCacheSlot& c, bool async) {
-  const char* name = reinterpret_cast<const char*>(descriptor_key(fn));
-  int32_t id = name_id_slow(ts, c, name, own_name_size(fn));
-  return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
-}
-
-// on_start_fast when the operator's schema is not in its first slot: an
-// operator in its second slot, or a name fn holds (autograd nodes, ranges),
-// found in the cache by its quick key and checked by content.
-template <bool kWithInputs>
-__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
-    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen, uintptr_t key, bool async) {
-  int32_t id;
-  const SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];  // an operator's second slot
+// The id of fn's name when a cache slot has it, else -1: an operator in its
+// schema's second slot, or a name fn holds (autograd nodes, ranges), found in
+// the cache by its quick key and checked by content.
+__attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFunction& fn, const ThreadState& ts,
+                              uintptr_t key) {
   if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
       variant_index(fn) == 0 && (key & 7) == 0) {
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
     NameKey k = name_key(name, size);
-    NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
-    if (__builtin_expect(!same_name(c, name, size, k), 0)) {
-      return on_start_new_name<kWithInputs>(fn, ts, gen, c, async);
-    }
-    id = c.id;
-  } else if (pair.key == key &&
-             ts.names_epoch == g_names_epoch.load(std::memory_order_acquire)) {
-    id = pair.id;
-  } else {
-    return on_start_general(fn);
+    const NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
+    return same_name(c, name, size, k) ? c.id : -1;
   }
-  return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+  const SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
+  if (pair.key == key && ts.names_epoch == g_names_epoch.load(std::memory_order_acquire)) {
+    return pair.id;
+  }
+  return -1;
+}
+
+// on_start_fast when no cache slot has fn's name: a name fn holds is looked up
+// by content and put in its slot; anything else takes on_start_general.
+template <bool kWithInputs>
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached(
+    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen) {
+  uintptr_t key = descriptor_key(fn);
+  if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
+      variant_index(fn) == 0 && (key & 7) == 0) {
+    size_t size = own_name_size(fn);
+    const char* name = reinterpret_cast<const char*>(key);
+    NameCacheSlot& c = ts.cache[own_name_slot(name_key(name, size), size)];
+    int32_t id = name_id_slow(ts, c, name, size);
+    bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
+    return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+  }
+  return on_start_general(fn);
+}
+
+// on_start_fast when the operator's schema is not in its first slot.
+template <bool kWithInputs>
+// The generation and async flag are read again after the lookup (on_start_fast
+// checked that the thread's fast_generation is the session's).
+__attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
+    const at::RecordFunction& fn, ThreadState& ts) {
+  int32_t id = cached_name_id(fn, ts, descriptor_key(fn));
+  if (__builtin_expect(id < 0, 0)) {
+    return on_start_uncached<kWithInputs>(fn, ts, ts.fast_generation);
+  }
+  bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
+  return write_start<true, kWithInputs>(fn, ts, ts.fast_generation, id, async, fn.threadId());
 }
 
 // The common case, registered when the TSC is the clock and both offsets
@@ -1353,7 +1412,7 @@ std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn)
                          ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
       return write_start<true, kWithInputs>(fn, *ts, gen, s.id, async, rf_thread);
     }
-    return on_start_own_name<kWithInputs>(fn, *ts, gen, key, async);
+    return on_start_own_name<kWithInputs>(fn, *ts);
   }
   return on_start_general(fn);
 }
