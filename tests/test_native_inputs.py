@@ -121,3 +121,120 @@ def test_the_fast_path_is_found_on_this_torch(native_only):
     state = load_native().fast_path_state()
     assert state["own_name_offset"] >= 0 and state["async_offset"] >= 0, state
     assert state["variant_index_confirmed"], state
+
+
+class CustomStrides(torch.Tensor):
+    """A wrapper subclass whose strides come from Python (sizes/strides policy "strides"):
+    TensorImpl::strides() calls into __torch_dispatch__, which answers (5, 7)."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(),
+                                                   dtype=elem.dtype,
+                                                   dispatch_sizes_strides_policy="strides")
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.stride.default:
+            return (5, 7)
+        unwrap = lambda t: t.elem if isinstance(t, CustomStrides) else t  # noqa: E731
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+
+def common_case_tensors():
+    """aten::add on tensors of 0 to 6 dims, views with strides of their own (a transpose, an
+    expand, channels-last, a step slice), another dtype, and a subclass whose strides
+    Python computes: the common case copies torch's inline words whole, the rest go through
+    TensorImpl's accessors."""
+    base = torch.randn(2, 3, 4, 5, 6)
+    tensors = [torch.tensor(1.5), torch.randn(3), torch.randn(2, 3), torch.randn(2, 3, 4),
+               torch.randn(2, 3, 4, 5), base, torch.randn(1, 2, 1, 2, 1, 2),
+               torch.randn(3, 4).t(), torch.randn(3, 1).expand(3, 4),
+               torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+               base[:, ::2, 1:, :, ::3], torch.ones(2, 3, dtype=torch.int16),
+               CustomStrides(torch.ones(2, 3))]
+    for t in tensors:
+        torch.add(t, 1)
+
+
+def add_inputs(trace_path) -> list:
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    return [tuple(json.dumps(e["args"].get(k)) for k in KEYS) for e in events
+            if e.get("cat") == "cpu_op" and e["name"] == "aten::add"]
+
+
+def test_common_case_tensors_match_torch_profiler(native_only, tmp_path):
+    """Input dims, types and strides of each aten::add, as torch.profiler records them."""
+    common_case_tensors()  # warm-up
+    with torch.profiler.profile(record_shapes=True) as theirs:
+        common_case_tensors()
+    theirs.export_chrome_trace(str(tmp_path / "torch.json"))
+    with opscope.profile(record_shapes=True) as ours:
+        common_case_tensors()
+    ours.export_chrome_trace(str(tmp_path / "opscope.json"))
+    expected = add_inputs(tmp_path / "torch.json")
+    assert len(expected) == 14  # the subclass's add runs an inner add on its element
+    assert '[[5, 7], [], []]' in [strides for _, _, strides, _ in expected]
+    assert add_inputs(tmp_path / "opscope.json") == expected
+
+
+def membarrier_supported() -> bool:
+    """Whether this kernel offers the private expedited membarrier (asked with ctypes)."""
+    import ctypes
+    import platform
+
+    number = {"x86_64": 324, "aarch64": 283}.get(platform.machine())
+    if number is None:
+        return False
+    commands = ctypes.CDLL(None, use_errno=True).syscall(number, 0, 0, 0)  # MEMBARRIER_CMD_QUERY
+    return commands > 0 and bool(commands & (1 << 3))  # MEMBARRIER_CMD_PRIVATE_EXPEDITED
+
+
+def test_stop_fences_the_fast_path_with_membarrier_where_the_kernel_has_it(native_only):
+    """Where the kernel has membarrier, on_start_fast publishes its busy flag with a plain
+    store and stop() makes every thread fence (an asymmetric Dekker handshake)."""
+    from opscope.collect.native_build import load_native
+
+    with opscope.profile():
+        torch.ones(2).add(1)
+    state = load_native().fast_path_state()
+    if not membarrier_supported():
+        pytest.skip("this kernel (or its sandbox) has no private expedited membarrier")
+    assert state["light_fence"], state
+
+
+@pytest.mark.parametrize("record_shapes", [False, True])
+def test_sessions_stopping_under_busy_threads_keep_whole_records(native_only, record_shapes):
+    """Three threads run ops without pause while 40 sessions start and stop: each stop
+    waits for the records being written (the handshake), so every recorded op has its
+    name, its inputs and an end no earlier than its start."""
+    import threading
+
+    done = threading.Event()
+
+    def worker():
+        x = torch.ones(3, 4)
+        while not done.is_set():
+            x = torch.add(x, 1).mul(0.5)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(40):
+            with opscope.profile(record_shapes=record_shapes) as prof:
+                torch.ones(2).sub(1)
+            ops = [e for e in prof.events() if e.name in ("aten::add", "aten::mul")]
+            assert all(e.name.startswith("aten::") for e in prof.events()), [
+                e.name for e in prof.events()]
+            assert "aten::sub" in {e.name for e in prof.events()}
+            assert all(e.time_range.end >= e.time_range.start for e in ops)
+            if record_shapes:
+                assert all(e.input_shapes[0] == [3, 4] for e in ops)
+    finally:
+        done.set()
+        for t in threads:
+            t.join()

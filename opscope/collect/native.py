@@ -88,8 +88,8 @@ class NativeCollector:
     def stop(self) -> RawSession:
         blob, inputs, tids, names, stop_ns, memory, stacks = self._ext.stop()
         records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
-        unfinished = records["end_ns"] == 0
-        records["end_ns"][unfinished] = stop_ns
+        unfinished = records["end_ns"] == 0  # open at stop: they end there, not before they start
+        records["end_ns"][unfinished] = np.maximum(records["start_ns"][unfinished], stop_ns)
         stack_ids = table = None
         if stacks is not None:
             ids, begin, entries, frames = stacks

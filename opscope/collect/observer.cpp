@@ -24,11 +24,15 @@
 
 #include <pthread.h>
 #include <sys/syscall.h>
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +43,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -311,6 +316,7 @@ struct Session {
   uint64_t generation = 0;
   bool record_shapes = false;
   bool with_stack = false;
+  bool light_fence = false;  // on_start_fast's handshake leaves the fence to stop() (membarrier)
   std::mutex mu;
   std::vector<ThreadBuffer*> threads;
 
@@ -397,8 +403,8 @@ struct NameMap {
   }
 };
 
-// ThreadState::fast_generation of a thread that on_start_fast never serves.
-constexpr uint64_t kNoFastGeneration = ~uint64_t(0);
+// ThreadState::fast_key of a thread that on_start_fast never serves.
+constexpr uint64_t kNoFastKey = ~uint64_t(0);
 // Direct-mapped name caches, large enough that a step's few dozen names
 // rarely share a slot (two that do would evict each other at every call).
 constexpr int kNameSlotBits = 10;
@@ -416,10 +422,11 @@ struct ThreadState {
   bool record_shapes = false;
   bool with_stack = false;
   bool skip = false;  // an intra-op pool worker: torch.profiler never sees these
-  // on_start_fast's case: the generation this thread joined when it records
-  // neither stacks nor as a skipped worker (the session's on_start_fast then
-  // matches its inputs option); else kNoFastGeneration.
-  uint64_t fast_generation = kNoFastGeneration;
+  // on_start_fast's case, a thread that records neither stacks nor as a
+  // skipped worker (the session's on_start_fast then matches its inputs
+  // option): fast_key_of(the generation it joined, names_epoch); compared
+  // with g_fast_key at each op. Else kNoFastKey.
+  uint64_t fast_key = kNoFastKey;
   uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
   SchemaNameSlot schema_names[kNameSlots];
   ThreadBuffer* buffer = nullptr;
@@ -506,12 +513,41 @@ inline ThreadState& thread_state_for(const at::RecordFunction& fn) {
 // cached, so a pointer reused by another operator's name cannot hit.
 std::atomic<uint64_t> g_names_epoch{0};
 
+// What on_start_fast compares with a thread's fast_key, one word for two
+// checks: the session's generation (under 2^32: start() makes sure) and the
+// names epoch. 0 while not recording; no thread's key is 0.
+std::atomic<uint64_t> g_fast_key{0};
+
+inline uint64_t fast_key_of(uint64_t generation, uint64_t epoch) {
+  return (epoch << 32) | generation;
+}
+inline uint64_t generation_of(uint64_t fast_key) { return fast_key & 0xffffffffu; }
+
 struct NameEpochListener final : public c10::OpRegistrationListener {
   void onOperatorRegistered(const c10::OperatorHandle&) override {}
   void onOperatorDeregistered(const c10::OperatorHandle&) override {
     g_names_epoch.fetch_add(1, std::memory_order_release);
+    // Threads leave on_start_fast until they have forgotten their cached
+    // schema names (on_start_general). The key is re-read with the epoch at
+    // each try, so that of two listeners racing the newer epoch stays.
+    uint64_t key = g_fast_key.load(std::memory_order_acquire);
+    while (key != 0) {
+      uint64_t next = fast_key_of(generation_of(key), g_names_epoch.load(std::memory_order_acquire));
+      if (g_fast_key.compare_exchange_weak(key, next, std::memory_order_acq_rel)) break;
+    }
   }
 };
+
+// Forgets ts's cached schema names if an operator was deregistered since
+// they were cached; returns the epoch they are now valid for.
+uint64_t refresh_schema_names(ThreadState& ts) {
+  uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
+  if (ts.names_epoch != epoch) {
+    for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
+    ts.names_epoch = epoch;
+  }
+  return epoch;
+}
 
 // torch built with the pre-C++11 library ABI (the registry's wheels up to
 // torch 2.7) has copy-on-write strings: one pointer to the characters, with
@@ -720,11 +756,7 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
   bool owned = owns_name(fn, name);
   if (g_own_name_offset >= 0) check_variant_index(fn, owned);
   if (!owned) {  // an operator's schema name: the pointer is the key
-    uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
-    if (ts.names_epoch != epoch) {
-      for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
-      ts.names_epoch = epoch;
-    }
+    refresh_schema_names(ts);
     uintptr_t key = descriptor_key(fn);
     SchemaNameSlot& s = ts.schema_names[key_slot(key)];
     SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
@@ -977,7 +1009,8 @@ bool join_session(ThreadState& ts, uint64_t gen) {
   ts.buffer = g_session->add_thread();  // workers too: their allocations count
   ts.record_shapes = g_session->record_shapes;
   ts.with_stack = g_session->with_stack;
-  ts.fast_generation = (ts.skip || ts.with_stack) ? kNoFastGeneration : gen;
+  ts.fast_key = (ts.skip || ts.with_stack) ? kNoFastKey
+                                           : fast_key_of(gen, refresh_schema_names(ts));
   return !ts.skip;
 }
 
@@ -1275,15 +1308,25 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 // and returns the context living in that slot. kFast: the caller checked that
 // the chunk has room, the session needs neither inputs nor stacks, and the
 // clock is the TSC, so nothing here calls out. rf_thread: fn.threadId().
-template <bool kFast, bool kWithInputs = false>
+template <bool kFast, bool kWithInputs = false, bool kLightFence = false>
 inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
                                                         ThreadState& ts, uint64_t gen,
-                                                        int32_t name_id, bool async,
+                                                        int32_t name_id, uint32_t async,
                                                         uint64_t rf_thread) {
   ThreadBuffer* buf = ts.buffer;
   // Dekker handshake with stop(): publish busy, then re-check the generation.
-  buf->busy.store(true, std::memory_order_seq_cst);
-  if (__builtin_expect(g_active_generation.load(std::memory_order_seq_cst) != gen, 0)) {
+  // kLightFence: the full fence between the two is stop()'s membarrier, which
+  // makes every running thread of the process execute one (an asymmetric
+  // fence); here the compiler keeps the order.
+  if (kLightFence) {
+    buf->busy.store(true, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    buf->busy.store(true, std::memory_order_seq_cst);
+  }
+  if (__builtin_expect(g_active_generation.load(kLightFence ? std::memory_order_relaxed
+                                                            : std::memory_order_seq_cst) != gen,
+                       0)) {
     buf->busy.store(false, std::memory_order_release);
     return nullptr;
   }
@@ -1301,8 +1344,8 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   r->rf_thread_id = uint32_t(rf_thread);
   r->shape_offset = kNoShapes;
   // scope, flags and pad as one store
-  uint32_t tail = uint32_t(uint8_t(fn.scope())) |
-                  (uint32_t(kFlagContextHeld | (uint8_t(async) << 1)) << 8);
+  uint32_t tail = uint32_t(uint8_t(fn.scope())) | (uint32_t(kFlagContextHeld) << 8) |
+                  (async << 9);
   static_assert(offsetof(Record, flags) == offsetof(Record, scope) + 1 &&
                 offsetof(Record, pad) == offsetof(Record, scope) + 2 && kFlagAsync == 2,
                 "scope, flags, pad are one word");
@@ -1335,6 +1378,8 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
     if (!join_session(ts, gen)) return nullptr;
   } else if (ts.skip) {
     return nullptr;
+  } else if (ts.fast_key != kNoFastKey) {  // back to on_start_fast after an epoch change
+    ts.fast_key = fast_key_of(gen, refresh_schema_names(ts));
   }
   const char* name = fn.name();
   return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
@@ -1354,17 +1399,20 @@ __attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFun
     return same_name(c, name, size, k) ? c.id : -1;
   }
   const SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
-  if (pair.key == key && ts.names_epoch == g_names_epoch.load(std::memory_order_acquire)) {
-    return pair.id;
-  }
-  return -1;
+  return pair.key == key ? pair.id : -1;
+}
+
+// fn's isAsync() flag as 0 or 1: the byte find_async_offset saw go from one
+// to the other.
+inline uint32_t async_flag(const at::RecordFunction& fn) {
+  return reinterpret_cast<const uint8_t*>(&fn)[g_async_offset];
 }
 
 // on_start_fast when no cache slot has fn's name: a name fn holds is looked up
 // by content and put in its slot; anything else takes on_start_general.
-template <bool kWithInputs>
+template <bool kWithInputs, bool kLightFence>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached(
-    const at::RecordFunction& fn, ThreadState& ts, uint64_t gen) {
+    const at::RecordFunction& fn, ThreadState& ts) {
   uintptr_t key = descriptor_key(fn);
   if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
       variant_index(fn) == 0 && (key & 7) == 0) {
@@ -1372,47 +1420,45 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached
     const char* name = reinterpret_cast<const char*>(key);
     NameCacheSlot& c = ts.cache[own_name_slot(name_key(name, size), size)];
     int32_t id = name_id_slow(ts, c, name, size);
-    bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
-    return write_start<true, kWithInputs>(fn, ts, gen, id, async, fn.threadId());
+    return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.generation, id, async_flag(fn),
+                                                       fn.threadId());
   }
   return on_start_general(fn);
 }
 
-// on_start_fast when the operator's schema is not in its first slot.
-template <bool kWithInputs>
-// The generation and async flag are read again after the lookup (on_start_fast
-// checked that the thread's fast_generation is the session's).
+// on_start_fast when the operator's schema is not in its first slot. The
+// generation and the async flag are read again after the lookup, which then
+// needs fewer registers (on_start_fast checked that the thread's fast_key is
+// the session's, so ts.generation is the session's).
+template <bool kWithInputs, bool kLightFence>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts) {
   int32_t id = cached_name_id(fn, ts, descriptor_key(fn));
-  if (__builtin_expect(id < 0, 0)) {
-    return on_start_uncached<kWithInputs>(fn, ts, ts.fast_generation);
-  }
-  bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
-  return write_start<true, kWithInputs>(fn, ts, ts.fast_generation, id, async, fn.threadId());
+  if (__builtin_expect(id < 0, 0)) return on_start_uncached<kWithInputs, kLightFence>(fn, ts);
+  return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.generation, id, async_flag(fn),
+                                                     fn.threadId());
 }
 
 // The common case, registered when the TSC is the clock and both offsets
 // into at::RecordFunction are known: a thread already in a session without
 // inputs or stacks, running an operator seen since the last deregistration.
 // It reads fn's fields directly and calls nothing. kWithInputs: the session
-// records inputs (and no stacks); the inputs are encoded too.
-template <bool kWithInputs>
+// records inputs (and no stacks); the inputs are encoded too. kLightFence:
+// stop() fences every thread with membarrier (Session::light_fence).
+template <bool kWithInputs, bool kLightFence>
 std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn) {
   uintptr_t key = descriptor_key(fn);
-  uint64_t gen = g_active_generation.load(std::memory_order_acquire);
+  uint64_t fast_key = g_fast_key.load(std::memory_order_acquire);
   uint64_t rf_thread = fn.threadId();
   ThreadState* ts = state_slot(rf_thread).load(std::memory_order_relaxed);
-  if (__builtin_expect(ts->self == thread_pointer() && ts->fast_generation == gen &&
+  if (__builtin_expect(ts->self == thread_pointer() && ts->fast_key == fast_key &&
                            ts->buffer->cursor != ts->buffer->limit, 1)) {
-    // the byte is 0 or 1 (find_async_offset saw it go from one to the other)
-    bool async = reinterpret_cast<const char*>(&fn)[g_async_offset];
     const SchemaNameSlot& s = ts->schema_names[key_slot(key)];
-    if (__builtin_expect(s.key == key &&
-                         ts->names_epoch == g_names_epoch.load(std::memory_order_acquire), 1)) {
-      return write_start<true, kWithInputs>(fn, *ts, gen, s.id, async, rf_thread);
+    if (__builtin_expect(s.key == key, 1)) {
+      return write_start<true, kWithInputs, kLightFence>(fn, *ts, generation_of(fast_key), s.id,
+                                                         async_flag(fn), rf_thread);
     }
-    return on_start_own_name<kWithInputs>(fn, *ts);
+    return on_start_own_name<kWithInputs, kLightFence>(fn, *ts);
   }
   return on_start_general(fn);
 }
@@ -1490,6 +1536,35 @@ void pop_reporter() {
 // there (generation 0) and removed by the child's first start().
 at::CallbackHandle g_inherited_handle = 0;
 
+// The asymmetric fence of Session::light_fence: registered once per process
+// (a forked child registers again: its mm starts unregistered), and checked
+// by one call. False where the kernel lacks it or a sandbox forbids it; the
+// handshake then fences on each op.
+int g_membarrier_state = 0;  // 0: not tried, 1: ready, -1: unavailable; under g_session_mu
+bool membarrier_ready() {
+#if defined(__linux__) && defined(SYS_membarrier)
+  if (g_membarrier_state == 0) {
+    bool ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+              syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+    g_membarrier_state = ok ? 1 : -1;
+  }
+  return g_membarrier_state == 1;
+#else
+  return false;
+#endif
+}
+
+// stop()'s half of the light handshake: every running thread of the process
+// executes a full fence before this returns.
+void fence_all_threads() {
+#if defined(__linux__) && defined(SYS_membarrier)
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+#endif
+  // Registered and checked at start(): not expected. A thread that read the
+  // old generation has its busy flag out of its store buffer long before this.
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 void start(bool record_shapes, bool profile_memory, bool with_stack) {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (g_session) {
@@ -1519,15 +1594,28 @@ void start(bool record_shapes, bool profile_memory, bool with_stack) {
     push_reporter();
     g_memory_generation.store(s->generation, std::memory_order_release);
   }
-  bool fast = g_use_tsc && g_own_name_offset >= 0 && g_async_offset >= 0;
+  bool fast = g_use_tsc && g_own_name_offset >= 0 && g_async_offset >= 0 &&
+              s->generation < (uint64_t(1) << 32);  // fast_key_of
+  s->light_fence = fast && !with_stack && membarrier_ready();
   auto first = !fast || with_stack ? on_start_general
-               : record_shapes ? on_start_fast<true> : on_start_fast<false>;
+               : s->light_fence ? (record_shapes ? on_start_fast<true, true>
+                                                 : on_start_fast<false, true>)
+                                : (record_shapes ? on_start_fast<true, false>
+                                                 : on_start_fast<false, false>);
   auto cb = at::RecordFunctionCallback(first,
                                        g_use_tsc ? on_end<true> : on_end<false>)
                 .needsInputs(record_shapes)
                 .needsIds(false);
   g_handle = at::addGlobalCallback(cb);
   g_active_generation.store(s->generation, std::memory_order_release);
+  // A listener that bumps the epoch after the check below sees the key and
+  // updates it; one that bumped it before makes the loop go round.
+  for (uint64_t epoch = ~uint64_t(0); fast;) {
+    uint64_t now = g_names_epoch.load(std::memory_order_acquire);
+    if (now == epoch) break;
+    epoch = now;
+    g_fast_key.store(fast_key_of(s->generation, epoch), std::memory_order_seq_cst);
+  }
 }
 
 // Ticks -> CLOCK_MONOTONIC ns; an unfinished end (0) stays 0.
@@ -1628,6 +1716,7 @@ py::tuple stop() {
     if (!g_session) {
       throw std::runtime_error("opscope native collector is not recording");
     }
+    g_fast_key.store(0, std::memory_order_seq_cst);
     g_active_generation.store(0, std::memory_order_seq_cst);
     g_memory_generation.store(0, std::memory_order_seq_cst);
     at::removeCallback(g_handle);
@@ -1635,13 +1724,15 @@ py::tuple stop() {
     g_session.reset();
   }
   pop_reporter();
-  ClockPoint stop_point = clock_point();
-  int64_t stop_ns = stop_point.ns;
+  if (s->light_fence) fence_all_threads();
   std::lock_guard<std::mutex> g(s->mu);
   for (ThreadBuffer* t : s->threads) {
     while (t->busy.load(std::memory_order_acquire)) {
     }
   }
+  // After the wait: a record written while stop() ran starts before this point.
+  ClockPoint stop_point = clock_point();
+  int64_t stop_ns = stop_point.ns;
   size_t total = 0;
   for (ThreadBuffer* t : s->threads) total += t->count();
   std::string blob(total * sizeof(Record), '\0');
@@ -1699,6 +1790,8 @@ bool is_recording() {
 // torch's callback registry is not touched here (its lock could be held);
 // the inherited callback is removed by the child's own start().
 void after_fork_in_child() {
+  g_fast_key.store(0, std::memory_order_relaxed);
+  g_membarrier_state = 0;
   g_active_generation.store(0, std::memory_order_relaxed);
   g_memory_generation.store(0, std::memory_order_relaxed);
   new (&g_session_mu) std::mutex();
@@ -1821,10 +1914,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["async_offset"] = int64_t(g_async_offset);
     d["variant_index_confirmed"] =
         g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed;
+    d["light_fence"] = g_membarrier_state == 1;
     return d;
   }, "What on_start_fast relies on, as found on this torch: the TSC clock, the two offsets "
-     "into at::RecordFunction (-1: not found, then every op takes on_start_general), and "
-     "whether names have confirmed the variant index (own-name ops take the fast path)");
+     "into at::RecordFunction (-1: not found, then every op takes on_start_general), "
+     "whether names have confirmed the variant index (own-name ops take the fast path), and "
+     "whether stop() fences for it with membarrier (else each op fences; known after a start)");
   m.def("frame_walk_supported", &frame_walk_supported,
         "True when with_stack can read Python frames on this Python (its frame "
         "layout is in FrameLayouts, and OPSCOPE_NO_FRAME_WALK is unset)");
