@@ -411,11 +411,10 @@ constexpr int kNameSlotBits = 10;
 constexpr size_t kNameSlots = size_t(1) << kNameSlotBits;
 
 // Names that live in an operator's schema: the pointer identifies the name
-// for as long as the operator is registered (see g_names_epoch).
-struct SchemaNameSlot {
-  uintptr_t key = 0;  // the RecordFunction's schema reference (see descriptor_key)
-  int32_t id = -1;
-};
+// for as long as the operator is registered (see g_names_epoch). Slot i of a
+// thread's cache is schema_keys[i] (the RecordFunction's schema reference,
+// see descriptor_key; 0: empty) and schema_ids[i]: two arrays, so that each
+// is indexed by the slot without a multiply.
 
 struct ThreadState {
   uint64_t generation = 0;
@@ -427,8 +426,9 @@ struct ThreadState {
   // option): fast_key_of(the generation it joined, names_epoch); compared
   // with g_fast_key at each op. Else kNoFastKey.
   uint64_t fast_key = kNoFastKey;
-  uint64_t names_epoch = 0;  // g_names_epoch when schema_names was last valid
-  SchemaNameSlot schema_names[kNameSlots];
+  uint64_t names_epoch = 0;  // g_names_epoch when the schema slots were last valid
+  uintptr_t schema_keys[kNameSlots] = {};
+  int32_t schema_ids[kNameSlots] = {};
   ThreadBuffer* buffer = nullptr;
   uintptr_t self = 0;  // the owning thread's thread pointer (thread_pointer())
   uint64_t rf_thread = 0;  // its slot in g_state_by_rf_thread, or 0
@@ -543,7 +543,7 @@ struct NameEpochListener final : public c10::OpRegistrationListener {
 uint64_t refresh_schema_names(ThreadState& ts) {
   uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
   if (ts.names_epoch != epoch) {
-    for (SchemaNameSlot& e : ts.schema_names) e = SchemaNameSlot{};
+    std::fill(std::begin(ts.schema_keys), std::end(ts.schema_keys), 0);
     ts.names_epoch = epoch;
   }
   return epoch;
@@ -758,17 +758,16 @@ int32_t name_id(ThreadState& ts, const at::RecordFunction& fn, const char* name)
   if (!owned) {  // an operator's schema name: the pointer is the key
     refresh_schema_names(ts);
     uintptr_t key = descriptor_key(fn);
-    SchemaNameSlot& s = ts.schema_names[key_slot(key)];
-    SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
-    if (s.key == key) return s.id;
-    if (pair.key == key) return pair.id;
+    size_t slot = key_slot(key), pair = slot ^ 1;
+    if (ts.schema_keys[slot] == key) return ts.schema_ids[slot];
+    if (ts.schema_keys[pair] == key) return ts.schema_ids[pair];
     // Two slots per key: two operators whose schemas share a slot (likely among a
     // step's few dozen, at addresses the heap chose) do not evict each other.
-    SchemaNameSlot& into = s.key == 0 ? s : pair;
+    size_t into = ts.schema_keys[slot] == 0 ? slot : pair;
     NameCacheSlot scratch;
-    into.id = name_id_slow(ts, scratch, name, std::strlen(name));
-    into.key = key;
-    return into.id;
+    ts.schema_ids[into] = name_id_slow(ts, scratch, name, std::strlen(name));
+    ts.schema_keys[into] = key;
+    return ts.schema_ids[into];
   }
   // A name fn holds (or any name, when the layout is unknown): its buffer may
   // be reused for another name, so it is looked up by content.
@@ -1308,6 +1307,11 @@ uint32_t capture_stack(ThreadBuffer& buf) {
 // and returns the context living in that slot. kFast: the caller checked that
 // the chunk has room, the session needs neither inputs nor stacks, and the
 // clock is the TSC, so nothing here calls out. rf_thread: fn.threadId().
+//
+// The handshake re-reads what the caller checked: kFast, g_fast_key (gen is
+// the thread's fast key; a names epoch that moved meanwhile sends the op to
+// on_start_general); else g_active_generation (gen is the generation).
+std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& fn);
 template <bool kFast, bool kWithInputs = false, bool kLightFence = false>
 inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction& fn,
                                                         ThreadState& ts, uint64_t gen,
@@ -1324,11 +1328,11 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   } else {
     buf->busy.store(true, std::memory_order_seq_cst);
   }
-  if (__builtin_expect(g_active_generation.load(kLightFence ? std::memory_order_relaxed
-                                                            : std::memory_order_seq_cst) != gen,
-                       0)) {
+  const std::atomic<uint64_t>& now = kFast ? g_fast_key : g_active_generation;
+  if (__builtin_expect(
+          now.load(kLightFence ? std::memory_order_relaxed : std::memory_order_seq_cst) != gen, 0)) {
     buf->busy.store(false, std::memory_order_release);
-    return nullptr;
+    return kFast ? on_start_general(fn) : nullptr;
   }
   char* slot;
   if (kFast) {
@@ -1398,8 +1402,8 @@ __attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFun
     const NameCacheSlot& c = ts.cache[own_name_slot(k, size)];
     return same_name(c, name, size, k) ? c.id : -1;
   }
-  const SchemaNameSlot& pair = ts.schema_names[key_slot(key) ^ 1];
-  return pair.key == key ? pair.id : -1;
+  size_t pair = key_slot(key) ^ 1;
+  return ts.schema_keys[pair] == key ? ts.schema_ids[pair] : -1;
 }
 
 // fn's isAsync() flag as 0 or 1: the byte find_async_offset saw go from one
@@ -1420,22 +1424,22 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached
     const char* name = reinterpret_cast<const char*>(key);
     NameCacheSlot& c = ts.cache[own_name_slot(name_key(name, size), size)];
     int32_t id = name_id_slow(ts, c, name, size);
-    return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.generation, id, async_flag(fn),
+    return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.fast_key, id, async_flag(fn),
                                                        fn.threadId());
   }
   return on_start_general(fn);
 }
 
 // on_start_fast when the operator's schema is not in its first slot. The
-// generation and the async flag are read again after the lookup, which then
+// fast key and the async flag are read again after the lookup, which then
 // needs fewer registers (on_start_fast checked that the thread's fast_key is
-// the session's, so ts.generation is the session's).
+// the session's).
 template <bool kWithInputs, bool kLightFence>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_own_name(
     const at::RecordFunction& fn, ThreadState& ts) {
   int32_t id = cached_name_id(fn, ts, descriptor_key(fn));
   if (__builtin_expect(id < 0, 0)) return on_start_uncached<kWithInputs, kLightFence>(fn, ts);
-  return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.generation, id, async_flag(fn),
+  return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.fast_key, id, async_flag(fn),
                                                      fn.threadId());
 }
 
@@ -1453,9 +1457,9 @@ std::unique_ptr<at::ObserverContext> on_start_fast(const at::RecordFunction& fn)
   ThreadState* ts = state_slot(rf_thread).load(std::memory_order_relaxed);
   if (__builtin_expect(ts->self == thread_pointer() && ts->fast_key == fast_key &&
                            ts->buffer->cursor != ts->buffer->limit, 1)) {
-    const SchemaNameSlot& s = ts->schema_names[key_slot(key)];
-    if (__builtin_expect(s.key == key, 1)) {
-      return write_start<true, kWithInputs, kLightFence>(fn, *ts, generation_of(fast_key), s.id,
+    size_t slot = key_slot(key);
+    if (__builtin_expect(ts->schema_keys[slot] == key, 1)) {
+      return write_start<true, kWithInputs, kLightFence>(fn, *ts, fast_key, ts->schema_ids[slot],
                                                          async_flag(fn), rf_thread);
     }
     return on_start_own_name<kWithInputs, kLightFence>(fn, *ts);
