@@ -20,11 +20,14 @@ The child runs with ``PYTHONHASHSEED=0``, one intra-op thread and the garbage co
 off, so two runs give the same counts to within a few instructions per op. Ops per run are
 the events opscope records for one run of the workload (its RecordFunction calls).
 
-    python bench/instructions.py [--quick] [--json PATH] [--by-function] [--keep DIR]
+    python bench/instructions.py [--quick] [--json PATH] [--by-function] [--keep DIR] [--shifts N]
 
 Under valgrind the address layout is fixed, so repeated runs of one build count the same
-(three runs checked, 2026-11-26); a rebuilt native library can still move a row's excess by
-a few instructions per op through what malloc does differently.
+(three runs checked, 2026-11-26). What a row's allocations cost still depends on where the
+heap stands when its region starts, which any rebuild or change to this script moves (one
+floor row read 733 and 817 instructions per op over "no profiler" in two runs that day).
+So each row is counted in ``--shifts`` regions (default 5), each with the heap moved by a
+different set of padding objects (``heap_pad``), and the median region is its figure.
 
 ``--by-function`` adds, per workload, opscope's own instructions per op by function: each
 function's self count (callgrind_annotate) in an opscope row minus the same function's in
@@ -52,6 +55,7 @@ import common
 REGION = "opscope_measured_region"
 SIZES = {"tiny_ops": {"n": 2000}, "mlp": {"steps": 3}}
 QUICK_SIZES = {"tiny_ops": {"n": 200}, "mlp": {"steps": 1}}
+HEAP_SHIFTS = 5  # regions per row, each with the heap moved differently; the median counts
 
 # row -> (profiler, options, floor row). A floor row's own excess is measured over "no profiler".
 ROWS = {
@@ -137,7 +141,18 @@ def trim_heap() -> None:
         pass
 
 
-def child(sizes: Dict[str, dict], rows: List[str]) -> None:
+def heap_pad(shift: int) -> list:
+    """Objects of assorted sizes, kept alive through one region: ``shift`` sets of them.
+
+    What a region's allocations cost depends on where the heap stands (a pymalloc pool
+    that empties and is re-initialised at every op, a malloc bin split or merged); a few
+    objects of each small size class (pymalloc) and a few larger ones (malloc) move it.
+    Each row is counted once at each of HEAP_SHIFTS shifts and its median taken.
+    """
+    return [bytearray(8 + 24 * (i % 21) if i % 7 else 520 + 40 * i) for i in range(21 * shift)]
+
+
+def child(sizes: Dict[str, dict], rows: List[str], shifts: int) -> None:
     """Runs under callgrind: every row's regions, then one JSON line (labels, ops)."""
     import torch
 
@@ -166,13 +181,16 @@ def child(sizes: Dict[str, dict], rows: List[str]) -> None:
         for name, w in workloads.items():
             with profiler_context(kind, options):
                 w.run()
-                trim_heap()
-                ext.measured_region(w.run)
-            labels.append([row, name])
+                for shift in range(shifts):
+                    pad = heap_pad(shift)
+                    trim_heap()
+                    ext.measured_region(w.run)
+                    del pad
+                    labels.append([row, name, shift])
     print(json.dumps({"labels": labels, "ops": ops}), flush=True)
 
 
-def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path) -> dict:
+def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path, shifts: int) -> dict:
     """Run the child under callgrind; {"labels", "ops", "dumps"} (one dump per label)."""
     from empty_observer import load
 
@@ -181,7 +199,7 @@ def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path) -> dict
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            f"--toggle-collect={REGION}", f"--dump-after={REGION}",
            f"--callgrind-out-file={out}", os.path.realpath(sys.executable), __file__,
-           "--child", json.dumps({"sizes": sizes, "rows": rows})]
+           "--child", json.dumps({"sizes": sizes, "rows": rows, "shifts": shifts})]
     env = dict(os.environ, PYTHONHASHSEED="0", OPSCOPE_QUIET_BUILD="1",
                PYTHONPATH=os.pathsep.join([str(common.REPO), str(common.BENCH_DIR),
                                            os.environ.get("PYTHONPATH", "")]))
@@ -277,10 +295,13 @@ def main() -> None:
     p.add_argument("--by-function", action="store_true",
                    help="also list opscope's own instructions per op by function")
     p.add_argument("--keep", metavar="DIR", help="keep the callgrind dumps in DIR")
+    p.add_argument("--shifts", type=int, default=HEAP_SHIFTS, metavar="N",
+                   help=f"count each row at N heap shifts and take the median "
+                        f"(default {HEAP_SHIFTS}; 1: one region, no shift)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     if "--child" in sys.argv:
         spec = json.loads(sys.argv[sys.argv.index("--child") + 1])
-        child(spec["sizes"], spec["rows"])
+        child(spec["sizes"], spec["rows"], spec["shifts"])
         return
     args = common.parse_args(p)
     sizes = QUICK_SIZES if args.quick else SIZES
@@ -293,9 +314,16 @@ def main() -> None:
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="opscope-cg-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        res = run_callgrind(sizes, rows, folder)
-        dumps = {tuple(label): d for label, d in zip(res["labels"], res["dumps"])}
-        counts = {k: total_instructions(d) for k, d in dumps.items()}
+        shifts = 1 if args.quick else max(1, args.shifts)
+        res = run_callgrind(sizes, rows, folder, shifts)
+        by_shift: Dict[tuple, List[tuple]] = {}
+        for (row, name, _), dump in zip(res["labels"], res["dumps"]):
+            by_shift.setdefault((row, name), []).append((total_instructions(dump), dump))
+        dumps, counts, spread = {}, {}, {}
+        for key, runs in by_shift.items():
+            runs.sort()
+            counts[key], dumps[key] = runs[(len(runs) - 1) // 2]  # the median region
+            spread[key] = [total for total, _ in runs]
         ops = res["ops"]
         table = table_rows(counts, ops, rows)
         breakdown = []
@@ -308,7 +336,7 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
     command = common.command_line("instructions.py")
     common.finish(result(table, targets(table, command), breakdown, command, sizes, counts,
-                         ops), args)
+                         ops, spread), args)
 
 
 # What is left per op and what limits the 1/3 targets, from the --by-function breakdown of
@@ -341,9 +369,12 @@ LIMITS_NOTE = (
 
 
 def result(table: List[list], target_rows: List[dict], breakdown: List[list], command: str,
-           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int]) -> dict:
+           sizes: Dict[str, dict], counts: Dict[tuple, int], ops: Dict[str, int],
+           spread: Dict[tuple, List[int]] = None) -> dict:
     """The script's result (see common.py); no rows when valgrind is missing."""
-    notes = [_method_note(sizes)]
+    spread = spread or {}
+    shifts = max((len(v) for v in spread.values()), default=1)
+    notes = [_method_note(sizes, shifts)]
     if not table:
         notes.insert(0, "valgrind is not installed on this machine: no figures.")
     if table:
@@ -360,13 +391,17 @@ def result(table: List[list], target_rows: List[dict], breakdown: List[list], co
                         "excess / before"],
             "rows": table, "targets": target_rows, "notes": notes,
             "raw": {"counts": {f"{w}/{r}": c for (r, w), c in counts.items()},
+                    "counts_by_shift": {f"{w}/{r}": v for (r, w), v in spread.items()},
                     "ops": ops, "sizes": sizes, "by_function": breakdown}}
 
 
-def _method_note(sizes: Dict[str, dict]) -> str:
+def _method_note(sizes: Dict[str, dict], shifts: int) -> str:
     return ("Instructions (callgrind's Ir) executed inside one run of the workload while the "
             "row's profiler records it, after one uncounted warm-up run in the same session; "
             "start-up, profiler start and stop are not counted (see the script's docstring). "
+            f"Each row is counted in {shifts} such runs, each with the heap moved by a "
+            "different set of padding objects (heap_pad), and the median run is the row's "
+            "figure (the by-function breakdown compares median runs). "
             "Per op: divided by the ops of one run (the events opscope records). 'excess over "
             "floor': instructions/op minus the floor row's: the empty observer is torch's "
             "RecordFunction machinery alone (with needsInputs for record_shapes), so an "

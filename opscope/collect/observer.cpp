@@ -59,9 +59,6 @@ constexpr uint32_t kNoStack = 0xFFFFFFFFu;
 constexpr int kMaxStackDepth = 128;
 constexpr uint8_t kFlagUnfinished = 1;
 constexpr uint8_t kFlagAsync = 2;
-// Internal only (cleared in the records stop() returns): torch still holds
-// this record's context, which lives in the same chunk (see Slot).
-constexpr uint8_t kFlagContextHeld = 0x80;
 constexpr size_t kChunkRecords = 8192;
 
 struct Record {
@@ -75,7 +72,11 @@ struct Record {
   uint32_t shape_offset;
   uint8_t scope;
   uint8_t flags;
-  uint16_t pad;
+  // Internal only (0 in the records stop() returns, where it is the first byte
+  // of records.py's pad): 1 while torch holds this record's context, which
+  // lives in the same chunk (see Ctx).
+  uint8_t context_held;
+  uint8_t pad;
 };
 static_assert(sizeof(Record) == 48, "Record layout must match model/records.py");
 
@@ -216,8 +217,7 @@ inline Record* context_record(void* ctx) { return slot_record(static_cast<char*>
 
 void Ctx::operator delete(void* p) {
   // The last access to the slot: stop() may free the chunk once it reads this.
-  Record* r = context_record(p);
-  __atomic_store_n(&r->flags, uint8_t(r->flags & ~kFlagContextHeld), __ATOMIC_RELEASE);
+  __atomic_store_n(&context_record(p)->context_held, uint8_t(0), __ATOMIC_RELEASE);
 }
 
 // Encoded inputs (see encode_inputs): words in chunks that are never moved
@@ -532,7 +532,8 @@ struct NameEpochListener final : public c10::OpRegistrationListener {
     // each try, so that of two listeners racing the newer epoch stays.
     uint64_t key = g_fast_key.load(std::memory_order_acquire);
     while (key != 0) {
-      uint64_t next = fast_key_of(generation_of(key), g_names_epoch.load(std::memory_order_acquire));
+      uint64_t epoch = g_names_epoch.load(std::memory_order_acquire);
+      uint64_t next = fast_key_of(generation_of(key), epoch);
       if (g_fast_key.compare_exchange_weak(key, next, std::memory_order_acq_rel)) break;
     }
   }
@@ -629,7 +630,8 @@ struct NameKey {
   uint64_t mid;  // bytes [size - 16, size - 8), or [0, 8) under 16 bytes
   uint64_t tail;  // bytes [size - 8, size), or 0 under 8 bytes
 };
-__attribute__((no_sanitize_address, always_inline)) inline NameKey name_key(const char* name, size_t size) {
+__attribute__((no_sanitize_address, always_inline)) inline NameKey name_key(const char* name,
+                                                                            size_t size) {
   NameKey k{0, 0};
   if (__builtin_expect(size >= 16, 1)) {
     std::memcpy(&k.mid, name + size - 16, 8);
@@ -1329,8 +1331,8 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     buf->busy.store(true, std::memory_order_seq_cst);
   }
   const std::atomic<uint64_t>& now = kFast ? g_fast_key : g_active_generation;
-  if (__builtin_expect(
-          now.load(kLightFence ? std::memory_order_relaxed : std::memory_order_seq_cst) != gen, 0)) {
+  constexpr auto order = kLightFence ? std::memory_order_relaxed : std::memory_order_seq_cst;
+  if (__builtin_expect(now.load(order) != gen, 0)) {
     buf->busy.store(false, std::memory_order_release);
     return kFast ? on_start_general(fn) : nullptr;
   }
@@ -1347,12 +1349,12 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
   r->rf_thread_id = uint32_t(rf_thread);
   r->shape_offset = kNoShapes;
-  // scope, flags and pad as one store
-  uint32_t tail = uint32_t(uint8_t(fn.scope())) | (uint32_t(kFlagContextHeld) << 8) |
-                  (async << 9);
+  // scope, flags, context_held and pad as one store
+  uint32_t tail = uint32_t(uint8_t(fn.scope())) | (async << 9) | (uint32_t(1) << 16);
   static_assert(offsetof(Record, flags) == offsetof(Record, scope) + 1 &&
-                offsetof(Record, pad) == offsetof(Record, scope) + 2 && kFlagAsync == 2,
-                "scope, flags, pad are one word");
+                offsetof(Record, context_held) == offsetof(Record, scope) + 2 &&
+                offsetof(Record, pad) == offsetof(Record, scope) + 3 && kFlagAsync == 2,
+                "scope, flags, context_held, pad are one word");
   std::memcpy(&r->scope, &tail, sizeof(tail));
   if (kWithInputs && fn.needsInputs()) {
     r->shape_offset = uint32_t(buf->shapes.size);
@@ -1392,8 +1394,9 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
 // The id of fn's name when a cache slot has it, else -1: an operator in its
 // schema's second slot, or a name fn holds (autograd nodes, ranges), found in
 // the cache by its quick key and checked by content.
-__attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFunction& fn, const ThreadState& ts,
-                              uintptr_t key) {
+__attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFunction& fn,
+                                                              const ThreadState& ts,
+                                                              uintptr_t key) {
   if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
       variant_index(fn) == 0 && (key & 7) == 0) {
     size_t size = own_name_size(fn);
@@ -1646,8 +1649,8 @@ void free_finished_chunks(ThreadBuffer& t) {
     bool held = false;
     for (size_t i = 0; i < k && !held; ++i) {
       const Record* r = slot_record(slots + i * kSlotBytes);
-      uint8_t flags = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
-      held = (flags & kFlagContextHeld) != 0 || __atomic_load_n(&r->end_ns, __ATOMIC_RELAXED) == 0;
+      held = __atomic_load_n(&r->context_held, __ATOMIC_ACQUIRE) != 0 ||
+             __atomic_load_n(&r->end_ns, __ATOMIC_RELAXED) == 0;
     }
     if (!held) t.chunks[c].reset();
   }
@@ -1662,7 +1665,7 @@ Record* copy_records(const ThreadBuffer& t, Record* dst) {
     for (size_t i = 0; i < k; ++i, ++dst) {
       std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
       dst->thread_index = t.index;
-      dst->flags = uint8_t(dst->flags & ~kFlagContextHeld);
+      dst->context_held = 0;
       if (dst->end_ns == 0) dst->flags = uint8_t(dst->flags | kFlagUnfinished);
     }
   }
