@@ -23,7 +23,6 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #if defined(__linux__)
 #include <linux/membarrier.h>
@@ -268,24 +267,10 @@ struct InputWords {
   }
 };
 
-// Record chunks come from mmap: their pages come zeroed, so a record written
-// into one needs no store for its end (0: not ended yet) or its shape offset
-// (kept as offset + 1 while recording: 0, none; see copy_records). A chunk is
-// never written again once full, and never reused.
-struct ChunkUnmap {
-  void operator()(char* p) const { munmap(p, kChunkBytes); }
-};
-using RecordChunk = std::unique_ptr<char, ChunkUnmap>;
-inline RecordChunk map_chunk() {
-  void* p = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return RecordChunk(static_cast<char*>(p));
-}
-
 struct ThreadBuffer {
   int32_t index = 0;
   int64_t os_tid = 0;
-  std::vector<RecordChunk> chunks;  // kChunkBytes each
+  std::vector<std::unique_ptr<char[]>> chunks;  // kChunkBytes each
   char* cursor = nullptr;  // the next free slot of the last chunk
   char* limit = nullptr;   // the end of the last chunk
   InputWords shapes;  // encoded inputs, see encode_inputs
@@ -308,7 +293,7 @@ struct ThreadBuffer {
     return slot;
   }
   __attribute__((noinline)) void add_chunk() {
-    chunks.push_back(map_chunk());
+    chunks.emplace_back(new char[kChunkBytes]);
     cursor = chunks.back().get();
     limit = cursor + kChunkBytes;
   }
@@ -1362,7 +1347,8 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
   r->name_id = name_id;  // thread_index: filled in by copy_records
   r->seq_nr = fn.seqNr();
   r->fwd_thread_id = uint32_t(fn.forwardThreadId());
-  r->rf_thread_id = uint32_t(rf_thread);  // end_ns and shape_offset: 0 (a zeroed chunk)
+  r->rf_thread_id = uint32_t(rf_thread);
+  r->shape_offset = kNoShapes;
   // scope, flags, context_held and pad as one store
   uint32_t tail = uint32_t(uint8_t(fn.scope())) | (async << 9) | (uint32_t(1) << 16);
   static_assert(offsetof(Record, flags) == offsetof(Record, scope) + 1 &&
@@ -1371,17 +1357,18 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
                 "scope, flags, context_held, pad are one word");
   std::memcpy(&r->scope, &tail, sizeof(tail));
   if (kWithInputs && fn.needsInputs()) {
-    r->shape_offset = uint32_t(buf->shapes.size) + 1;
+    r->shape_offset = uint32_t(buf->shapes.size);
     encode_inputs(fn, buf->shapes);
   }
   if (!kFast) {
     if (ts.record_shapes && fn.needsInputs()) {
-      r->shape_offset = uint32_t(buf->shapes.size) + 1;
+      r->shape_offset = uint32_t(buf->shapes.size);
       encode_inputs(fn, buf->shapes);
     }
     if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
   }
   Ctx* ctx = new (slot) Ctx();
+  r->end_ns = 0;  // 0 until on_end: unfinished
   r->start_ns = kFast ? tsc() : ticks();  // last, so our own work stays outside the range
   buf->busy.store(false, std::memory_order_release);
   return std::unique_ptr<at::ObserverContext>(ctx);
@@ -1679,8 +1666,6 @@ Record* copy_records(const ThreadBuffer& t, Record* dst) {
       std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
       dst->thread_index = t.index;
       dst->context_held = 0;
-      dst->shape_offset -= 1;  // stored + 1; none (0) becomes kNoShapes
-      static_assert(uint32_t(0) - 1 == kNoShapes, "no shapes: 0 - 1");
       if (dst->end_ns == 0) dst->flags = uint8_t(dst->flags | kFlagUnfinished);
     }
   }
