@@ -65,3 +65,19 @@ def test_trace_normalisation_keeps_what_is_recorded():
     assert alloc["args"]["Addr"] == free["args"]["Addr"] == 1
     assert unknown["args"]["Addr"] == "allocated before"
     assert out["baseTimeNanoseconds"] == 0 and out["traceName"] == "traceName"
+
+
+def test_each_row_takes_its_median_region_over_heap_shifts():
+    labels = [["opscope default", "mlp", k] for k in range(5)] + [["no profiler", "mlp", 0]]
+    dumps = [f"d{k}" for k in range(6)]
+    counts, chosen, spread = instructions.median_regions(labels, dumps, [50, 90, 10, 70, 30, 7])
+    assert counts == {("opscope default", "mlp"): 50, ("no profiler", "mlp"): 7}
+    assert chosen[("opscope default", "mlp")] == "d0"
+    assert spread[("opscope default", "mlp")] == [10, 30, 50, 70, 90]
+
+
+def test_heap_shifts_differ_and_the_first_moves_nothing():
+    assert instructions.heap_pad(0) == []
+    sizes = [sorted(len(b) for b in instructions.heap_pad(k)) for k in (1, 2, 3)]
+    assert sizes[0] != sizes[1] != sizes[2]
+    assert max(sizes[2]) > 512 >= min(sizes[2])  # malloc's sizes and pymalloc's
