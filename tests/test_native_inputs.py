@@ -242,3 +242,22 @@ def test_sessions_stopping_under_busy_threads_keep_whole_records(native_only, re
         done.set()
         for t in threads:
             t.join()
+
+
+def test_operators_deregistered_while_recording_keep_their_names(native_only):
+    """Each deregistration moves the names epoch: threads forget the schema names they
+    cached (a new operator's schema may take a freed one's address) and go on recording."""
+    x = torch.ones(2)
+    with opscope.profile() as prof:
+        for i in range(6):
+            lib = torch.library.Library("opscope_epoch", "FRAGMENT")
+            lib.define(f"op{i}(Tensor x) -> Tensor")
+            lib.impl(f"op{i}", lambda t: t * 3, "CPU")
+            getattr(torch.ops.opscope_epoch, f"op{i}")(x)
+            torch.add(x, 1)
+            lib._destroy()
+        torch.add(x, 2)
+    names = [e.name for e in prof.events()]
+    assert [n for n in names if n.startswith("opscope_epoch::")] == [
+        f"opscope_epoch::op{i}" for i in range(6)]
+    assert names.count("aten::add") == 7 and names.count("aten::mul") == 6
