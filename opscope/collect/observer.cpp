@@ -1391,14 +1391,20 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
   return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
 }
 
+// Whether fn holds its own name (key, its descriptor_key, then points at it)
+// in a std::string buffer, which the fast path looks up by content.
+inline bool holds_own_name(const at::RecordFunction& fn, uintptr_t key) {
+  return g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
+         variant_index(fn) == 0 && (key & 7) == 0;
+}
+
 // The id of fn's name when a cache slot has it, else -1: an operator in its
 // schema's second slot, or a name fn holds (autograd nodes, ranges), found in
 // the cache by its quick key and checked by content.
 __attribute__((always_inline)) inline int32_t cached_name_id(const at::RecordFunction& fn,
                                                               const ThreadState& ts,
                                                               uintptr_t key) {
-  if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
-      variant_index(fn) == 0 && (key & 7) == 0) {
+  if (holds_own_name(fn, key)) {
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
     NameKey k = name_key(name, size);
@@ -1421,8 +1427,7 @@ template <bool kWithInputs, bool kLightFence>
 __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached(
     const at::RecordFunction& fn, ThreadState& ts) {
   uintptr_t key = descriptor_key(fn);
-  if (g_variant_index_checks.load(std::memory_order_relaxed) == kIndexConfirmed &&
-      variant_index(fn) == 0 && (key & 7) == 0) {
+  if (holds_own_name(fn, key)) {
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
     NameCacheSlot& c = ts.cache[own_name_slot(name_key(name, size), size)];
