@@ -93,15 +93,15 @@ def test_inputs_outside_the_common_case(first_of_each, name):
 def test_ops_wider_than_the_reserved_room_across_chunks(native_only):
     """Ops whose inputs take more words than their common-case room (three tensors of seven
     dims, a 13-int list), thousands of times: the encoded inputs span several chunks of
-    words (64k each) and every op's inputs are read back whole."""
+    words (256k each) and every op's inputs are read back whole."""
     x7 = torch.randn(1, 2, 1, 2, 1, 2, 3)
     with opscope.profile(record_shapes=True) as prof:
-        for _ in range(2500):
+        for _ in range(10_000):
             torch.addcmul(x7, x7, x7, value=0.5)
             torch.zeros([1] * 13)
     addcmul = [e for e in prof.events() if e.name == "aten::addcmul"]
     zeros = [e for e in prof.events() if e.name == "aten::zeros"]
-    assert len(addcmul) == len(zeros) == 2500
+    assert len(addcmul) == len(zeros) == 10_000
     dims = [1, 2, 1, 2, 1, 2, 3]
     assert all(e.input_shapes == [dims, dims, dims, []] for e in addcmul)
     assert all(e.input_shapes[0] == [] and len(e.input_shapes) == 5 for e in zeros)
