@@ -38,8 +38,8 @@ TEST_FILES = (
     "tests/test_fidelity.py", "tests/test_compile_ranges.py", "tests/test_flops_versions.py",
     # stacks
     "tests/test_with_stack.py", "tests/test_stacks.py", "tests/test_stack_layouts.py",
-    # the native observer's input encoding outside the common case
-    "tests/test_native_inputs.py",
+    # the native observer: input encoding outside the common case, the memory it writes into
+    "tests/test_native_inputs.py", "tests/test_native_regions.py",
     # API
     "tests/test_api_names.py", "tests/test_api_215.py", "tests/test_profile_api.py",
     "tests/test_python_collector_hops.py",
