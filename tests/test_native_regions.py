@@ -8,12 +8,20 @@ records and inputs into pages already there.
 
 from __future__ import annotations
 
+import json
+import os
 import resource
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 import opscope
+from subprocesses import run_in_group
+
+REPO = Path(__file__).resolve().parents[1]
 
 RECORD_SLOT_BYTES = 56  # a 48-byte record and torch's context beside it
 
@@ -80,3 +88,57 @@ def test_a_range_open_at_stop_lets_its_region_go_once_it_ends(native_only):
         x.add(1)
     assert ext.held_record_bytes() == held_before
     assert [e.name for e in prof.events()].count("aten::add") == 1
+
+
+MEMORY_RUNS_OUT = """
+    import json, resource, warnings
+    import torch, opscope
+    from opscope.collect.native_build import load_native
+
+    ext = load_native()
+    per_region = ext.region_bytes // 56
+    x = torch.ones(2)
+    with opscope.profile(record_shapes={shapes}):  # leaves its regions for the next session
+        x.add(1)
+    size = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize")))
+    limit = resource.getrlimit(resource.RLIMIT_AS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with opscope.profile(record_shapes={shapes}) as prof:
+            # no new mapping from here: the next region cannot be had
+            resource.setrlimit(resource.RLIMIT_AS, ((size << 10) + (1 << 20), limit[1]))
+            y = x
+            for _ in range(per_region // 4):  # x.add(1) is five records: more than a region
+                y = y.add(1)
+            resource.setrlimit(resource.RLIMIT_AS, limit)  # what stop() copies needs memory
+    adds = [e for e in prof.events() if e.name == "aten::add"]
+    with opscope.profile() as after:  # and recording goes on
+        x.mul(2)
+    print(json.dumps({{
+        "result": float(y[0]), "expected": 1.0 + per_region // 4,
+        "records": len(prof.events()), "per_region": per_region,
+        "with_inputs": sum(1 for e in adds if e.input_shapes == [[2], [], []]),
+        "adds": len(adds),
+        "warnings": [str(w.message) for w in caught if "opscope" in str(w.message)],
+        "after": [e.name for e in after.events()],
+    }}))
+"""
+
+
+@pytest.mark.parametrize("record_shapes", [False, True])
+def test_memory_running_out_while_recording_drops_ops_not_the_job(record_shapes):
+    """No new region can be mapped (the address space is capped mid-session): ops past the
+    first region are left out, stop() still returns what was recorded, one warning says so,
+    and the job's own results are right. Before, stop() waited forever on the op whose
+    chunk allocation threw."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OPSCOPE_COLLECTOR="native")
+    source = textwrap.dedent(MEMORY_RUNS_OUT).format(shapes=record_shapes)
+    proc = run_in_group([sys.executable, "-c", source], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["result"] == out["expected"]
+    assert out["records"] == out["per_region"]  # one region's worth, whole
+    assert len(out["warnings"]) == 1 and "memory ran out" in out["warnings"][0]
+    if record_shapes:  # the inputs' region filled first: later ops kept, without inputs
+        assert 0 < out["with_inputs"] < out["adds"]
+    assert "aten::mul" in out["after"]

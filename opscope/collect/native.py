@@ -66,6 +66,7 @@ class NativeCollector:
         self._ext = ext
         self._start_ns = 0
         self._epoch_offset_ns = 0
+        self._dropped_at_start = 0
         self._thread_names = ThreadNames()
 
     @classmethod
@@ -82,11 +83,17 @@ class NativeCollector:
             warn_stacks_off_once(self._ext)
         self._epoch_offset_ns = time.time_ns() - self.now_ns()
         self._thread_names.start()
+        self._dropped_at_start = int(self._ext.dropped_records())
         self._ext.start(bool(record_shapes), bool(profile_memory), bool(with_stack))
         self._start_ns = self.now_ns()
 
     def stop(self) -> RawSession:
         blob, inputs, tids, names, stop_ns, memory, stacks = self._ext.stop()
+        dropped = int(self._ext.dropped_records()) - self._dropped_at_start
+        if dropped > 0:
+            warnings.warn(f"opscope: memory ran out while recording: {dropped} ops, inputs, "
+                          f"stacks or allocations were left out; what was recorded is kept",
+                          RuntimeWarning, stacklevel=2)
         records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
         unfinished = records["end_ns"] == 0  # open at stop: they end there, not before they start
         records["end_ns"][unfinished] = np.maximum(records["start_ns"][unfinished], stop_ns)

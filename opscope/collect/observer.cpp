@@ -234,7 +234,7 @@ class RegionPool {
  public:
   static constexpr size_t kPooledRegions = 8;
 
-  // A region of kRegionBytes; throws std::bad_alloc as new would.
+  // A region of kRegionBytes, or nullptr when the kernel has none to give.
   char* take() {
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -272,7 +272,7 @@ class RegionPool {
     // Map twice the size, keep the aligned middle, unmap the rest.
     size_t span = 2 * kRegionBytes;
     void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) throw std::bad_alloc();
+    if (raw == MAP_FAILED) return nullptr;
     uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     uintptr_t aligned = (start + kRegionBytes - 1) & ~(uintptr_t(kRegionBytes) - 1);
     if (aligned > start) munmap(raw, aligned - start);
@@ -301,6 +301,13 @@ class RegionPool {
   std::vector<char*> free_;
 };
 RegionPool g_regions;
+
+// What could not be written for want of memory, since the module loaded: ops
+// not recorded, inputs or stacks left out, allocator reports dropped. Never
+// an exception into torch (which would log every op, and, from an allocator
+// report, fail the user's allocation) nor a stop() that waits forever.
+std::atomic<uint64_t> g_dropped{0};
+inline void count_dropped() { g_dropped.fetch_add(1, std::memory_order_relaxed); }
 
 // Owns one region (or, for an oversized input run, a plain array).
 struct RegionRelease {
@@ -340,8 +347,10 @@ struct InputWords {
   __attribute__((noinline)) void grow(size_t n) {
     if (!chunks.empty()) chunks.back().used = size_t(cur - chunks.back().words.get());
     size_t cap = std::max(kChunkWords, n);
+    chunks.reserve(chunks.size() + 1);  // so that nothing taken below is lost
     if (cap == kChunkWords) {
       int64_t* words = reinterpret_cast<int64_t*>(g_regions.take());
+      if (words == nullptr) throw std::bad_alloc();  // caught by encode_inputs
       chunks.push_back(Chunk{std::unique_ptr<int64_t[], RegionRelease>(words), 0});
     } else {
       chunks.push_back(Chunk{std::unique_ptr<int64_t[], RegionRelease>(
@@ -388,16 +397,25 @@ struct ThreadBuffer {
   std::atomic<bool> busy{false};  // an on_start is writing; stop waits on it
   std::atomic<bool> stopped{false};  // its session's stop is done with it: only late ends write
 
+  // The next free slot, or nullptr when no memory is left for a new chunk.
   char* next_slot() {
-    if (__builtin_expect(cursor == limit, 0)) add_chunk();
+    if (__builtin_expect(cursor == limit, 0) && !add_chunk()) return nullptr;
     char* slot = cursor;
     cursor += kSlotBytes;
     return slot;
   }
-  __attribute__((noinline)) void add_chunk() {
-    chunks.emplace_back(g_regions.take());
-    cursor = chunks.back().get();
+  __attribute__((noinline)) bool add_chunk() noexcept {
+    try {
+      chunks.reserve(chunks.size() + 1);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    char* region = g_regions.take();
+    if (region == nullptr) return false;
+    chunks.emplace_back(region);
+    cursor = region;
     limit = cursor + kChunkBytes;
+    return true;
   }
   // Records in chunk c (the last one may be partly used).
   size_t used_in(size_t c) const {
@@ -1069,7 +1087,10 @@ void encode_list(const c10::IValue& v, InputRun& run, size_t inputs_left) {
   }
 }
 
-void encode_inputs(const at::RecordFunction& fn, InputWords& out) {
+// encode_inputs' body: one run of words for fn's inputs; throws
+// std::bad_alloc when a chunk for them cannot be had. Out of line, so that
+// the handler in encode_inputs costs this loop nothing.
+__attribute__((noinline)) void encode_input_run(const at::RecordFunction& fn, InputWords& out) {
   c10::ArrayRef<const c10::IValue> inputs = fn.inputs();
   size_t n = inputs.size();
   InputRun run(out, 1 + n * kInputWordsInline);
@@ -1102,14 +1123,30 @@ void encode_inputs(const at::RecordFunction& fn, InputWords& out) {
   run.finish();
 }
 
+// Returns where fn's inputs start in out, or kNoShapes when they could not
+// be encoded (no memory for a chunk; an input torch refuses to describe): the
+// op is still recorded, the words written so far are left unreferenced.
+__attribute__((noinline)) uint32_t encode_inputs(const at::RecordFunction& fn,
+                                                 InputWords& out) {
+  try {
+    uint32_t offset = uint32_t(out.size);
+    encode_input_run(fn, out);
+    return offset;
+  } catch (const std::exception&) {
+    count_dropped();
+    return kNoShapes;
+  }
+}
+
 bool join_session(ThreadState& ts, uint64_t gen) {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (!g_session || g_session->generation != gen) return false;
   // Workers of at::parallel_for run ops only inside a parallel region, as a
   // non-master thread; the thread that opened the region is recorded.
+  ThreadBuffer* buf = g_session->add_thread();  // workers too: their allocations count
   ts.skip = at::in_parallel_region() && at::get_thread_num() != 0;
-  ts.generation = gen;
-  ts.buffer = g_session->add_thread();  // workers too: their allocations count
+  ts.generation = gen;  // only once the buffer is there (add_thread can throw)
+  ts.buffer = buf;
   ts.record_shapes = g_session->record_shapes;
   ts.with_stack = g_session->with_stack;
   ts.fast_key = (ts.skip || ts.with_stack) ? kNoFastKey
@@ -1407,6 +1444,19 @@ uint32_t capture_stack(ThreadBuffer& buf) {
   return id;
 }
 
+// Appends the op's stack id (stack_ids holds one per record, in order). When
+// memory runs out the thread records no more stacks this session, so the ids
+// already there stay in step with their records.
+void push_stack(ThreadState& ts, ThreadBuffer& buf) {
+  try {
+    uint32_t id = capture_stack(buf);
+    buf.stack_ids.push_back(id);
+  } catch (const std::bad_alloc&) {
+    ts.with_stack = false;
+    count_dropped();
+  }
+}
+
 // Writes the record of a starting range into the next slot of ts's buffer
 // and returns the context living in that slot. kFast: the caller checked that
 // the chunk has room, the session needs neither inputs nor stacks, and the
@@ -1444,6 +1494,11 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
     buf->cursor += kSlotBytes;
   } else {
     slot = buf->next_slot();
+    if (__builtin_expect(slot == nullptr, 0)) {  // no memory for a chunk: not recorded
+      buf->busy.store(false, std::memory_order_release);
+      count_dropped();
+      return nullptr;
+    }
   }
   Record* r = slot_record(slot);
   r->name_id = name_id;  // thread_index: filled in by copy_records
@@ -1459,15 +1514,13 @@ inline std::unique_ptr<at::ObserverContext> write_start(const at::RecordFunction
                 "scope, flags, context_held, pad are one word");
   std::memcpy(&r->scope, &tail, sizeof(tail));
   if (kWithInputs && fn.needsInputs()) {
-    r->shape_offset = uint32_t(buf->shapes.size);
-    encode_inputs(fn, buf->shapes);
+    r->shape_offset = encode_inputs(fn, buf->shapes);
   }
   if (!kFast) {
     if (ts.record_shapes && fn.needsInputs()) {
-      r->shape_offset = uint32_t(buf->shapes.size);
-      encode_inputs(fn, buf->shapes);
+      r->shape_offset = encode_inputs(fn, buf->shapes);
     }
-    if (ts.with_stack) buf->stack_ids.push_back(capture_stack(*buf));
+    if (ts.with_stack) push_stack(ts, *buf);
   }
   Ctx* ctx = new (slot) Ctx();
   r->end_ns = 0;  // 0 until on_end: unfinished
@@ -1482,15 +1535,21 @@ std::unique_ptr<at::ObserverContext> on_start_general(const at::RecordFunction& 
   uint64_t gen = g_active_generation.load(std::memory_order_acquire);
   if (gen == 0) return nullptr;
   ThreadState& ts = thread_state_for(fn);
-  if (ts.generation != gen) {
-    if (!join_session(ts, gen)) return nullptr;
-  } else if (ts.skip) {
+  int32_t id;
+  try {  // joining and naming allocate; write_start catches its own
+    if (ts.generation != gen) {
+      if (!join_session(ts, gen)) return nullptr;
+    } else if (ts.skip) {
+      return nullptr;
+    } else if (ts.fast_key != kNoFastKey) {  // back to on_start_fast after an epoch change
+      ts.fast_key = fast_key_of(gen, refresh_schema_names(ts));
+    }
+    id = name_id(ts, fn, fn.name());
+  } catch (const std::bad_alloc&) {
+    count_dropped();
     return nullptr;
-  } else if (ts.fast_key != kNoFastKey) {  // back to on_start_fast after an epoch change
-    ts.fast_key = fast_key_of(gen, refresh_schema_names(ts));
   }
-  const char* name = fn.name();
-  return write_start<false>(fn, ts, gen, name_id(ts, fn, name), fn.isAsync(), fn.threadId());
+  return write_start<false>(fn, ts, gen, id, fn.isAsync(), fn.threadId());
 }
 
 // Whether fn holds its own name (key, its descriptor_key, then points at it)
@@ -1533,7 +1592,13 @@ __attribute__((noinline)) std::unique_ptr<at::ObserverContext> on_start_uncached
     size_t size = own_name_size(fn);
     const char* name = reinterpret_cast<const char*>(key);
     NameCacheSlot& c = ts.cache[own_name_slot(name_key(name, size), size)];
-    int32_t id = name_id_slow(ts, c, name, size);
+    int32_t id;
+    try {  // interning a name allocates
+      id = name_id_slow(ts, c, name, size);
+    } catch (const std::bad_alloc&) {
+      count_dropped();
+      return nullptr;
+    }
     return write_start<true, kWithInputs, kLightFence>(fn, ts, ts.fast_key, id, async_flag(fn),
                                                        fn.threadId());
   }
@@ -1598,15 +1663,24 @@ void record_memory(void* ptr, int64_t bytes, size_t total_allocated, size_t tota
   uint64_t gen = g_memory_generation.load(std::memory_order_acquire);
   if (gen == 0) return;
   ThreadState& ts = thread_state();
-  if (ts.generation != gen) join_session(ts, gen);
+  try {  // called inside the allocator: nothing may escape into it
+    if (ts.generation != gen) join_session(ts, gen);
+  } catch (const std::bad_alloc&) {
+    count_dropped();
+    return;
+  }
   ThreadBuffer* buf = ts.buffer;
   if (buf == nullptr || ts.generation != gen) return;
   buf->busy.store(true, std::memory_order_seq_cst);
   if (g_memory_generation.load(std::memory_order_seq_cst) == gen) {
-    buf->memory.push_back(MemRecord{ticks(), int64_t(reinterpret_cast<uintptr_t>(ptr)), bytes,
-                                    int64_t(total_allocated), int64_t(total_reserved),
-                                    buf->index, int8_t(device.type()),
-                                    int8_t(device.index()), 0});
+    try {
+      buf->memory.push_back(MemRecord{ticks(), int64_t(reinterpret_cast<uintptr_t>(ptr)), bytes,
+                                      int64_t(total_allocated), int64_t(total_reserved),
+                                      buf->index, int8_t(device.type()),
+                                      int8_t(device.index()), 0});
+    } catch (const std::bad_alloc&) {
+      count_dropped();
+    }
   }
   buf->busy.store(false, std::memory_order_release);
 }
@@ -2031,6 +2105,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pooled_region_bytes", [] { return int64_t(g_regions.pooled_bytes()); },
         "Bytes of stopped sessions' regions kept for the next session");
   m.attr("region_bytes") = int64_t(kRegionBytes);
+  m.def("dropped_records", [] { return int64_t(g_dropped.load(std::memory_order_relaxed)); },
+        "Records, inputs, stacks and allocator reports left out for want of memory, "
+        "since load");
   m.attr("pooled_regions_max") = int64_t(RegionPool::kPooledRegions);
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
   m.def("range_push", &range_push, py::arg("name"), py::arg("user_scope") = true);
