@@ -98,13 +98,13 @@ MEMORY_RUNS_OUT = """
     ext = load_native()
     per_region = ext.region_bytes // 56
     x = torch.ones(2)
-    with opscope.profile(record_shapes={shapes}):  # leaves its regions for the next session
+    with opscope.profile({options}):  # leaves its regions for the next session
         x.add(1)
     size = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize")))
     limit = resource.getrlimit(resource.RLIMIT_AS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with opscope.profile(record_shapes={shapes}) as prof:
+        with opscope.profile({options}) as prof:
             # no new mapping from here: the next region cannot be had
             resource.setrlimit(resource.RLIMIT_AS, ((size << 10) + (1 << 20), limit[1]))
             y = x
@@ -116,7 +116,8 @@ MEMORY_RUNS_OUT = """
         x.mul(2)
     print(json.dumps({{
         "result": float(y[0]), "expected": 1.0 + per_region // 4,
-        "records": len(prof.events()), "per_region": per_region,
+        "records": sum(1 for e in prof.events() if e.name != "[memory]"),
+        "per_region": per_region,
         "with_inputs": sum(1 for e in adds if e.input_shapes == [[2], [], []]),
         "adds": len(adds),
         "warnings": [str(w.message) for w in caught if "opscope" in str(w.message)],
@@ -125,20 +126,21 @@ MEMORY_RUNS_OUT = """
 """
 
 
-@pytest.mark.parametrize("record_shapes", [False, True])
-def test_memory_running_out_while_recording_drops_ops_not_the_job(record_shapes):
+@pytest.mark.parametrize("options", ["", "record_shapes=True",
+                                     "record_shapes=True, with_stack=True, profile_memory=True"])
+def test_memory_running_out_while_recording_drops_ops_not_the_job(options):
     """No new region can be mapped (the address space is capped mid-session): ops past the
     first region are left out, stop() still returns what was recorded, one warning says so,
     and the job's own results are right. Before, stop() waited forever on the op whose
     chunk allocation threw."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OPSCOPE_COLLECTOR="native")
-    source = textwrap.dedent(MEMORY_RUNS_OUT).format(shapes=record_shapes)
+    source = textwrap.dedent(MEMORY_RUNS_OUT).format(options=options)
     proc = run_in_group([sys.executable, "-c", source], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["result"] == out["expected"]
     assert out["records"] == out["per_region"]  # one region's worth, whole
     assert len(out["warnings"]) == 1 and "memory ran out" in out["warnings"][0]
-    if record_shapes:  # the inputs' region filled first: later ops kept, without inputs
+    if options == "record_shapes=True":  # the inputs' region filled first: later ops kept
         assert 0 < out["with_inputs"] < out["adds"]
     assert "aten::mul" in out["after"]
