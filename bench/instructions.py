@@ -364,11 +364,11 @@ def main() -> None:
 
 
 # What is left per op and what limits the figures, from the --by-function breakdown of the
-# observer at the end of 2026-11-26's second session (figures in instructions per op).
+# observer at the end of 2026-11-26's third session (figures in instructions per op).
 LIMITS_NOTE = (
     "What is left per op (instructions per op, from the breakdown by function below). "
     "Without options opscope's own functions add 63 per tiny op (76 at a961194, 213 before) "
-    "and 82 per MLP op (97 at a961194): on_start_fast is 58 on the common path and calls "
+    "and 81 per MLP op (97 at a961194): on_start_fast is 58 on the common path and calls "
     "nothing (the thread's state through torch's thread number, checked against the thread "
     "pointer; one compare of the thread's fast key with the session's, which holds the "
     "generation and the names epoch; the name id through the schema reference the "
@@ -385,7 +385,9 @@ LIMITS_NOTE = (
     "to 145 (tiny op: two tensors and an int) per op: a strided tensor whose sizes and "
     "strides torch keeps inline about 44 (one policy check, the inline words copied whole, "
     "the layout and the dtype), an op about 35 (entering a function that can call out, "
-    "reserving the room, the loop over its inputs). The table's excess adds what the rest of "
+    "reserving the room, the loop over its inputs), in encode_input_run; encode_inputs "
+    "around it, 6 more, is the handler that leaves an op's inputs out when no chunk can be "
+    "had for them, instead of throwing into torch. The table's excess adds what the rest of "
     "the process does differently under the profiler (malloc, pymalloc); the median over "
     "heap shifts keeps that term to a few instructions per op. Callgrind counts no kernel "
     "work: a page fault on the first write to a fresh page of records (about 20 ns per "
