@@ -91,9 +91,9 @@ class NativeCollector:
         blob, inputs, tids, names, stop_ns, memory, stacks = self._ext.stop()
         dropped = int(self._ext.dropped_records()) - self._dropped_at_start
         if dropped > 0:
-            warnings.warn(f"opscope: memory ran out while recording: {dropped} ops, inputs, "
-                          f"stacks or allocations were left out; what was recorded is kept",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"opscope: {dropped} ops, inputs, stacks or allocations were left "
+                          f"out while recording (memory ran out, or torch could not describe an "
+                          f"input); what was recorded is kept", RuntimeWarning, stacklevel=2)
         records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
         unfinished = records["end_ns"] == 0  # open at stop: they end there, not before they start
         records["end_ns"][unfinished] = np.maximum(records["start_ns"][unfinished], stop_ns)
