@@ -321,6 +321,14 @@ struct RegionRelease {
   }
 };
 
+// Room for one more element of v, taken before a region is, so that the
+// push_back after it cannot throw and lose the region. Geometric, as
+// push_back's own growth is (reserve(size() + 1) would reallocate each time).
+template <class V>
+void reserve_one_more(V& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(8, 2 * v.size()));
+}
+
 // Encoded inputs (see encode_inputs): words in chunks that are never moved
 // or copied while recording (stop() joins them), so a word's index stays its
 // offset in the joined array.
@@ -347,7 +355,7 @@ struct InputWords {
   __attribute__((noinline)) void grow(size_t n) {
     if (!chunks.empty()) chunks.back().used = size_t(cur - chunks.back().words.get());
     size_t cap = std::max(kChunkWords, n);
-    chunks.reserve(chunks.size() + 1);  // so that nothing taken below is lost
+    reserve_one_more(chunks);
     if (cap == kChunkWords) {
       int64_t* words = reinterpret_cast<int64_t*>(g_regions.take());
       if (words == nullptr) throw std::bad_alloc();  // caught by encode_inputs
@@ -406,7 +414,7 @@ struct ThreadBuffer {
   }
   __attribute__((noinline)) bool add_chunk() noexcept {
     try {
-      chunks.reserve(chunks.size() + 1);
+      reserve_one_more(chunks);
     } catch (const std::bad_alloc&) {
       return false;
     }
@@ -1843,14 +1851,7 @@ void free_finished_chunks(ThreadBuffer& t) {
 void free_chunks_of_ended_ranges() {
   std::lock_guard<std::mutex> g(g_session_mu);
   for (auto& owned : g_all_buffers) {
-    ThreadBuffer& t = *owned;
-    if (!t.stopped.load(std::memory_order_acquire)) continue;
-    for (const auto& chunk : t.chunks) {
-      if (chunk) {
-        free_finished_chunks(t);
-        break;
-      }
-    }
+    if (owned->stopped.load(std::memory_order_acquire)) free_finished_chunks(*owned);
   }
 }
 
