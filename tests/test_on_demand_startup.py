@@ -262,23 +262,26 @@ def test_multiprocessing_children_get_no_agent(tmp_path, imports_opscope):
 
 
 WORKER = textwrap.dedent("""
-    import json, os
+    import json, os, sys
+    from pathlib import Path
     import torch
     import opscope.on_demand
     from opscope.on_demand import control
-    print(json.dumps({"rank": int(os.environ["RANK"]), "enabled": opscope.on_demand.is_enabled(),
-                      "launcher": control.read_registration(os.getppid()) is not None}))
+    rank = int(os.environ["RANK"])
+    # a file per rank: the ranks share one stdout, where their lines can interleave
+    Path(sys.argv[1], f"report.{rank}.json").write_text(json.dumps({
+        "rank": rank, "enabled": opscope.on_demand.is_enabled(),
+        "launcher": control.read_registration(os.getppid()) is not None}))
 """)
 
 
 def test_torchrun_workers_get_an_agent_each_and_the_launcher_none(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
     done = run_in_group([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                         "--nproc-per-node", "2", str(tmp_path / "worker.py")],
+                         "--nproc-per-node", "2", str(tmp_path / "worker.py"), str(tmp_path)],
                         env=hooked_env(tmp_path, "1"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    reports = sorted((json.loads(line) for line in done.stdout.splitlines()
-                      if line.startswith("{")), key=lambda report: report["rank"])
+    reports = [json.loads((tmp_path / f"report.{rank}.json").read_text()) for rank in (0, 1)]
     assert reports == [{"rank": 0, "enabled": True, "launcher": False},
                        {"rank": 1, "enabled": True, "launcher": False}]
 
