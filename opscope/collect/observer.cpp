@@ -302,8 +302,9 @@ class RegionPool {
 };
 RegionPool g_regions;
 
-// What could not be written for want of memory, since the module loaded: ops
-// not recorded, inputs or stacks left out, allocator reports dropped. Never
+// What could not be written, since the module loaded: ops not recorded,
+// inputs or stacks left out, allocator reports dropped, for want of memory
+// (or, for inputs, an input torch throws on when asked to describe). Never
 // an exception into torch (which would log every op, and, from an allocator
 // report, fail the user's allocation) nor a stop() that waits forever.
 std::atomic<uint64_t> g_dropped{0};
@@ -2107,8 +2108,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Bytes of stopped sessions' regions kept for the next session");
   m.attr("region_bytes") = int64_t(kRegionBytes);
   m.def("dropped_records", [] { return int64_t(g_dropped.load(std::memory_order_relaxed)); },
-        "Records, inputs, stacks and allocator reports left out for want of memory, "
-        "since load");
+        "Records, inputs, stacks and allocator reports left out for want of memory "
+        "(inputs also when torch cannot describe one), since load");
   m.attr("pooled_regions_max") = int64_t(RegionPool::kPooledRegions);
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in ns, the clock of all records");
   m.def("range_push", &range_push, py::arg("name"), py::arg("user_scope") = true);
