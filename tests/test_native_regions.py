@@ -96,7 +96,7 @@ MEMORY_RUNS_OUT = """
     from opscope.collect.native_build import load_native
 
     ext = load_native()
-    per_region = ext.region_bytes // 56
+    per_region = ext.region_bytes // {slot_bytes}
     x = torch.ones(2)
     with opscope.profile({options}):  # leaves its regions for the next session
         x.add(1)
@@ -134,7 +134,8 @@ def test_memory_running_out_while_recording_drops_ops_not_the_job(options):
     and the job's own results are right. Before, stop() waited forever on the op whose
     chunk allocation threw."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OPSCOPE_COLLECTOR="native")
-    source = textwrap.dedent(MEMORY_RUNS_OUT).format(options=options)
+    source = textwrap.dedent(MEMORY_RUNS_OUT).format(options=options,
+                                                     slot_bytes=RECORD_SLOT_BYTES)
     proc = run_in_group([sys.executable, "-c", source], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
