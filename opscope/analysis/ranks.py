@@ -17,7 +17,9 @@ torch.distributed job (opscope's or torch.profiler's, see
   communication but are not matched.
 - **Wait and transfer** (the TensorBoard plugin's rule): the shortest duration
   of a collective across ranks is its transfer; the rest of each rank's
-  duration is waiting for the others.
+  duration is waiting for the others. A rank's wait is wall time: collectives
+  in flight at once (DDP's bucket all-reduces) wait together, so their waits
+  are counted once, and a rank never waits longer than it ran.
 - **Stragglers.** At each collective the rank that arrived last is late by its
   arrival minus the median arrival of the others, when that is at least
   ``min_lateness_ms``, the collective's transfer time and 5% of the median
@@ -50,10 +52,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from opscope.analysis.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
+from opscope.analysis.intervals import total, union
 from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
 
 __all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
@@ -163,7 +168,8 @@ class RanksAnalysis:
 
 
 def _match(pg: str, seqs: List[int], per_rank: Dict[int, List[Optional[CollectiveCall]]],
-           origin: int) -> List[MatchedCollective]:
+           origin: int, waits: Dict[int, List[Tuple[int, int]]]) -> List[MatchedCollective]:
+    """The matched collectives of one group; adds each rank's wait spans to ``waits``."""
     out = []
     for i, seq in enumerate(seqs):
         here = {r: calls[i] for r, calls in per_rank.items() if calls[i] is not None}
@@ -175,6 +181,9 @@ def _match(pg: str, seqs: List[int], per_rank: Dict[int, List[Optional[Collectiv
         arrivals = {r: RankArrival(_ms(c.arrival_ns - origin), _ms(c.duration_ns - transfer),
                                    _ms(transfer), c.kind, c.nbytes, c.call_site)
                     for r, c in sorted(here.items())}
+        for r, c in here.items():  # the wait comes first, the transfer ends the range
+            begin = c.end_ns - c.duration_ns
+            waits.setdefault(r, []).append((begin, begin + c.duration_ns - transfer))
         out.append(MatchedCollective(pg, seq, kind, sizes.most_common(1)[0][0], arrivals))
     return out
 
@@ -223,18 +232,17 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     origin = min(starts) if starts else 0
     collectives: List[MatchedCollective] = []
     desync: List[Desync] = []
+    spans: Dict[int, List[Tuple[int, int]]] = {}
     for pg, (seqs, per_rank) in sorted(collective_sequences(facts).items()):
-        collectives += _match(pg, seqs, per_rank, origin)
+        collectives += _match(pg, seqs, per_rank, origin, spans)
         first = _first_desync(pg, seqs, per_rank)
         if first is not None:
             desync.append(first)
-    wait: Dict[int, float] = {}
-    for c in collectives:
-        for r, a in c.ranks.items():
-            wait[r] = wait.get(r, 0.0) + a.wait_ms
+    wait = {r: total(union(*np.array(v, dtype=np.int64).reshape(-1, 2).T))
+            for r, v in spans.items()}
     ranks = [RankSummary(
         f.rank, f.steps, _ms(f.step_ns / f.steps) if f.steps else 0.0, _ms(f.compute_ns),
-        _ms(f.comm_ns), round(wait.get(f.rank, 0.0), 3), _ms(f.overlap_ns), len(f.calls),
+        _ms(f.comm_ns), _ms(wait.get(f.rank, 0)), _ms(f.overlap_ns), len(f.calls),
         list(f.paths)) for f in facts]
     sizes = [f.world_size for f in facts if f.world_size]
     world = max(sizes + [max((f.rank for f in facts), default=-1) + 1])

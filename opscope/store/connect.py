@@ -34,7 +34,10 @@ keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
   ``call_site``, ``arrival_ns``,
   ``end_ns``, ``duration_ns``, ``transfer_ns`` (the shortest duration across the
   ranks: the TensorBoard rule), ``wait_ns`` (the rest), ``late_ns`` (arrival after
-  the first rank's) and ``ranks`` (how many ranks issued it).
+  the first rank's), ``ranks`` (how many ranks issued it), ``wait_wall_ns`` and
+  ``late_wall_ns`` (the part of the wait, or of the lateness, that no collective of the
+  rank's step starting earlier covers: their sum is wall time, counting collectives in
+  flight at once, as DDP's bucket all-reduces are, once).
 - ``steps``: per rank, window and step: ``step``, ``start_ns``, ``end_ns``,
   ``dur_ns``, ``kind``: the ``ProfilerStep#N`` ranges (``kind`` 'profiler_step',
   ``step`` N), else, in a window without them, the optimizer steps ('optimizer_step',
@@ -106,17 +109,33 @@ DERIVED_VIEWS = {
         FROM optimizer_steps o WHERE NOT EXISTS (
             SELECT 1 FROM profiler_steps p WHERE p.rank = o.rank AND p."window" = o."window")""",
     "collective_ranks": """
-        SELECT c.pg, c.seq, c.kind, c.rank, c."window", st.step, c.bytes, c.call_site,
-               c.arrival_ns, c.end_ns, c.duration_ns,
-               min(c.duration_ns) OVER k AS transfer_ns,
-               c.duration_ns - min(c.duration_ns) OVER k AS wait_ns,
-               c.arrival_ns - min(c.arrival_ns) OVER k AS late_ns,
-               count(*) OVER k AS ranks
-        FROM collectives c
-        LEFT JOIN steps st ON st.rank = c.rank AND st."window" = c."window"
-                          AND c.arrival_ns >= st.start_ns AND c.arrival_ns < st.end_ns
-        WHERE c.seq IS NOT NULL
-        WINDOW k AS (PARTITION BY c.pg, c.seq)""",
+        WITH matched AS (
+            SELECT c.pg, c.seq, c.kind, c.rank, c."window", st.step, c.bytes, c.call_site,
+                   c.arrival_ns, c.end_ns, c.duration_ns,
+                   min(c.duration_ns) OVER k AS transfer_ns,
+                   c.duration_ns - min(c.duration_ns) OVER k AS wait_ns,
+                   c.arrival_ns - min(c.arrival_ns) OVER k AS late_ns,
+                   count(*) OVER k AS ranks,
+                   c.end_ns - c.duration_ns AS wait_from  -- the wait opens the range
+            FROM collectives c
+            LEFT JOIN steps st ON st.rank = c.rank AND st."window" = c."window"
+                              AND c.arrival_ns >= st.start_ns AND c.arrival_ns < st.end_ns
+            WHERE c.seq IS NOT NULL
+            WINDOW k AS (PARTITION BY c.pg, c.seq))
+        -- the *_wall_ns columns: the part of a span no earlier-starting span of the rank's
+        -- step covers, so that their sum counts collectives in flight at once once
+        SELECT pg, seq, kind, rank, "window", step, bytes, call_site, arrival_ns, end_ns,
+               duration_ns, transfer_ns, wait_ns, late_ns, ranks,
+               greatest(0, wait_from + wait_ns - greatest(wait_from, coalesce(
+                   max(wait_from + wait_ns) OVER (w ORDER BY wait_from, wait_ns
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), wait_from)))
+                   AS wait_wall_ns,
+               greatest(0, arrival_ns - greatest(arrival_ns - late_ns, coalesce(
+                   max(arrival_ns) OVER (w ORDER BY arrival_ns - late_ns, arrival_ns
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), arrival_ns - late_ns)))
+                   AS late_wall_ns
+        FROM matched
+        WINDOW w AS (PARTITION BY rank, "window", step)""",
 }
 VIEWS = tuple(COLUMNS) + tuple(DERIVED_VIEWS)
 

@@ -23,7 +23,7 @@ GROUP BY module
 ORDER BY self_ms DESC""",
     "straggler per step": """\
 WITH late AS (
-    SELECT step, rank, sum(late_ns) AS late_ns
+    SELECT step, rank, sum(late_wall_ns) AS late_ns  -- overlapping collectives once
     FROM collective_ranks
     WHERE step IS NOT NULL
     GROUP BY step, rank)
