@@ -6,6 +6,10 @@ Every event's self time goes to exactly one category:
   data loading (``enumerate(DataLoader)#...``, ranges named like
   "data loading"), optimizer (``Optimizer.step#...``, ``Optimizer.zero_grad#...``)
   or backward (autograd nodes, ``autograd::engine::evaluate_function: ...``);
+- ``communication`` for a collective (``c10d::allreduce_``, gloo's and NCCL's
+  ranges, ``opscope.analysis.collectives``) and everything inside it, whatever
+  its context: on a DDP rank it is most of the time, and must not hide in
+  backward or in "other ops";
 - else, for an op, the kind of its *outermost* enclosing op, so the
   ``aten::t`` inside ``aten::linear`` counts as a matmul;
 - else ``idle`` for a ``ProfilerStep#N`` range's own self time (nothing
@@ -30,6 +34,8 @@ from typing import List, Tuple
 
 import numpy as np
 
+from opscope.analysis.ancestry import nearest_marked
+from opscope.analysis.collectives import collective_kind
 from opscope.analysis.hierarchy import inherit_down, outermost_down
 from opscope.model.events import EventTable
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_USER
@@ -37,7 +43,7 @@ from opscope.model.torch_names import (AUTOGRAD_ENGINE_PREFIX, EVALUATE_FUNCTION
                                       PROFILER_STEP_PREFIX)
 
 DATA_LOADING, OPTIMIZER, BACKWARD = "data loading", "optimizer", "backward"
-PYTHON_OTHER, IDLE = "Python/other", "idle"
+PYTHON_OTHER, IDLE, COMMUNICATION = "Python/other", "idle", "communication"
 CONTEXTS = (DATA_LOADING, OPTIMIZER, BACKWARD)
 
 # Op kinds by the op's name without its namespace; the first match wins.
@@ -59,7 +65,8 @@ OP_KINDS: List[Tuple[str, str]] = [
 ]
 OTHER_OPS = "other ops"
 KIND_NAMES = [k for k, _ in OP_KINDS] + [OTHER_OPS]
-CATEGORY_NAMES = list(KIND_NAMES) + [BACKWARD, OPTIMIZER, DATA_LOADING, PYTHON_OTHER, IDLE]
+CATEGORY_NAMES = list(KIND_NAMES) + [BACKWARD, OPTIMIZER, DATA_LOADING, COMMUNICATION,
+                                     PYTHON_OTHER, IDLE]
 AUTOGRAD_ENGINE = "autograd engine"
 BACKWARD_PART_NAMES = list(KIND_NAMES) + [AUTOGRAD_ENGINE]  # backward, by op kind
 
@@ -134,9 +141,22 @@ def category_codes(table: EventTable) -> Tuple[np.ndarray, np.ndarray]:
     category = np.where(kind >= 0, kind, outside_ops)
     context_category = np.array([CATEGORY_NAMES.index(c) for c in CONTEXTS])
     category = np.where(context >= 0, context_category[np.maximum(context, 0)], category)
+    comm = collective_rows(table)
+    if comm.any():  # a collective and what runs inside it
+        inside = nearest_marked(table.parent, comm) >= 0
+        category = np.where(inside, CATEGORY_NAMES.index(COMMUNICATION), category)
     in_backward = category == CATEGORY_NAMES.index(BACKWARD)
     backward = np.where(in_backward, np.where(kind >= 0, kind, len(KIND_NAMES)), -1)
     return category, backward
+
+
+def collective_rows(table: EventTable) -> np.ndarray:
+    """True for each collective: a ``c10d::`` op or a backend range (``gloo:all_reduce``)."""
+    names = table.symbols.names
+    if len(table) == 0 or not names:
+        return np.zeros(len(table), dtype=bool)
+    named = np.array([collective_kind(nm) is not None for nm in names])
+    return named[table.name_id]
 
 
 def top_level_ops(table: EventTable) -> np.ndarray:

@@ -12,8 +12,10 @@ The steps are, in order of preference:
 
 Each step's time is split by ``categories.event_categories``: the self time of
 every event in the step goes to one category, and time in the step where
-nothing recorded ran on its thread is ``idle``. The parts of a step therefore add
-up to its duration. Backward time is split once more by op kind
+nothing recorded ran on its thread is ``idle``, or ``communication`` while a
+collective was in flight on any thread (gloo's worker, say): the thread was
+waiting for it, as a DDP rank waits for its peers. The parts of a step
+therefore add up to its duration. Backward time is split once more by op kind
 (``categories.backward_parts``); those parts add up to the ``backward`` category.
 
 Example::
@@ -47,9 +49,10 @@ from typing import Dict, List
 import numpy as np
 
 from opscope.analysis.ancestry import nearest_marked
-from opscope.analysis.categories import (BACKWARD_PART_NAMES, CATEGORY_NAMES, IDLE,
-                                         category_codes)
+from opscope.analysis.categories import (BACKWARD_PART_NAMES, CATEGORY_NAMES, COMMUNICATION,
+                                         IDLE, category_codes, collective_rows)
 from opscope.analysis.facts import event_steps, step_ranges
+from opscope.analysis.intervals import difference, intersection, union
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import OPTIMIZER_STEP_PREFIX
 
@@ -119,6 +122,9 @@ def step_breakdown(session: ProfileSession) -> StepBreakdown:
     if len(steps):
         step_of = event_steps(session)
         parts, bwd = _bins(step_of, category, backward, table.self_ns, len(steps))
+        busy = step_of >= 0
+        busy[steps] = False
+        _waiting_is_communication(table, parts, table.start_ns[steps], table.end_ns[steps], busy)
         return StepBreakdown([table.name(i) for i in steps.tolist()],
                              (table.start_ns[steps] - table.base_ns).tolist(),
                              (table.end_ns[steps] - table.start_ns[steps]).tolist(),
@@ -161,6 +167,7 @@ def _optimizer_steps(session: ProfileSession, optimizer: np.ndarray, category: n
     parts, bwd = _bins(step_of, category, backward, table.self_ns, len(ends))
     dur = ends - starts
     parts[:, CATEGORY_NAMES.index(IDLE)] += np.maximum(0.0, dur / 1000.0 - parts.sum(axis=1))
+    _waiting_is_communication(table, parts, starts, ends, step_of >= 0)
     return StepBreakdown([f"step {i + 1}" for i in range(len(ends))],
                          (starts - table.base_ns).tolist(), dur.tolist(), parts, bwd,
                          OPTIMIZER_STEPS)
@@ -176,8 +183,39 @@ def _whole_session(session: ProfileSession, category: np.ndarray,
                  int(table.end_ns.max() - table.start_ns.min()))
     covered = int(table.duration_ns[mine & (table.parent < 0)].sum())
     parts[0, CATEGORY_NAMES.index(IDLE)] += max(0, window - covered) / 1000.0
-    start = min(int(session.start_ns), int(table.start_ns.min())) - table.base_ns
+    start = min(int(session.start_ns), int(table.start_ns.min()))
+    _waiting_is_communication(table, parts, np.array([start]), np.array([start + window]),
+                              mine & (table.parent < 0))
+    start -= table.base_ns
     return StepBreakdown([WHOLE_SESSION], [start], [window], parts, bwd, "")
+
+
+def _waiting_is_communication(table, parts: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                              busy: np.ndarray) -> None:
+    """Move each step's idle time during which a collective was in flight to communication.
+
+    ``starts``/``ends`` are the steps' (disjoint) times, ``busy`` the events whose time on
+    the step's thread is not idle.
+    """
+    comm = collective_rows(table)
+    if not comm.any() or len(starts) == 0:
+        return
+    idle = difference(union(starts, ends), union(table.start_ns[busy], table.end_ns[busy]))
+    wait_s, wait_e = intersection(idle, union(table.start_ns[comm], table.end_ns[comm]))
+    before = np.concatenate(([0], np.cumsum(wait_e - wait_s)))  # waiting before each span
+
+    def waited_until(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(wait_s, t, side="right") - 1
+        inside = np.clip(t - wait_s[np.maximum(k, 0)], 0, (wait_e - wait_s)[np.maximum(k, 0)])
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0)
+
+    if len(wait_s) == 0:
+        return
+    waited = (waited_until(np.asarray(ends)) - waited_until(np.asarray(starts))) / 1000.0
+    idle_col, comm_col = CATEGORY_NAMES.index(IDLE), CATEGORY_NAMES.index(COMMUNICATION)
+    waited = np.minimum(waited, parts[:, idle_col])
+    parts[:, idle_col] -= waited
+    parts[:, comm_col] += waited
 
 
 def spread(durations: List[float]) -> Dict[str, float]:

@@ -2,7 +2,8 @@
 
 The rows are exactly ``opscope.analysis.aggregate.key_averages`` over the
 session (same keys, same order, same counts), so the page shows what
-``prof.key_averages().table()`` prints. Per row, the details hold the most
+``prof.key_averages().table()`` prints; ``communication`` marks a collective
+(``c10d::allreduce_``, or a backend range such as ``gloo:all_reduce``). Per row, the details hold the most
 frequent input shapes (with ``record_shapes``), the ranges and ops it was
 called from, and its Python call sites (with ``with_stack``), each capped.
 A call site is ``[frames, calls, self us, frames with torch's]``: the frames
@@ -32,6 +33,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from opscope.analysis.aggregate import key_averages
+from opscope.analysis.collectives import collective_kind
 from opscope.analysis.facts import event_flops, event_memory, shapes_recorded
 from opscope.analysis.frames import fold_frames, is_plumbing
 from opscope.analysis.op_details import caller_names, key_rows, top_groups
@@ -62,6 +64,7 @@ def operator_rows(session: ProfileSession) -> Dict[str, Any]:
         out.append({
             "name": row.key, "calls": row.count, "self_us": _round(row.self_cpu_time_total),
             "total_us": _round(row.cpu_time_total), "user": bool(row.is_user_annotation),
+            "communication": collective_kind(row.key) is not None,
             "flops": int(row.flops), "cpu_mem": int(row.cpu_memory_usage),
             "self_cpu_mem": int(row.self_cpu_memory_usage),
             "shapes": shapes[r] if shapes is not None else None,

@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from opscope.analysis.categories import DATA_LOADING, OPTIMIZER, op_kind, top_level_ops
+from opscope.analysis.categories import (COMMUNICATION, DATA_LOADING, OPTIMIZER, op_kind,
+                                         top_level_ops)
 from opscope.analysis.facts import shapes_recorded
 from opscope.model.session import ProfileSession
 
@@ -36,6 +37,7 @@ COPY_CALLS_PER_STEP = 50
 SMALL_COPY_US = 20.0
 OPTIMIZER_SHARE = 0.2
 STEP_SPREAD = 1.5
+COMMUNICATION_SHARE = 0.2
 SHAPE_KINDS = ("matmul/conv",)
 
 
@@ -219,8 +221,30 @@ def step_spread(f: RuleInputs) -> Optional[Recommendation]:
         "info", slow_us)
 
 
+def waiting_on_ranks(f: RuleInputs) -> Optional[Recommendation]:
+    """Fires when collectives (and waiting for them) take ``COMMUNICATION_SHARE`` of step time."""
+    spent, total = f.share(COMMUNICATION)
+    if total <= 0 or spent / total < COMMUNICATION_SHARE or not f.material(spent):
+        return None
+    rows = sorted((r for r in f.operators["rows"] if r.get("communication")),
+                  key=lambda r: -r["total_us"])[:2]
+    return Recommendation(
+        "waiting-on-ranks", "This rank spends its steps in collectives, waiting for the others",
+        "A collective ends when the last rank arrives, so this time is mostly waiting for a "
+        "slower rank (a straggler) or for the transfer. Profile every rank and run `opscope "
+        "ranks DIR` (or `opscope report DIR`) on their traces to name the straggler and see "
+        "each collective's wait and transfer; then even out the work across ranks (batch "
+        "sizes, data loading, logging on one rank), and overlap communication with compute "
+        "(DDP's bucket_cap_mb, no_sync() while accumulating gradients).",
+        [f"communication: {_pct(spent / total)} of step time ({_us(spent / f.n_steps)} of "
+         f"{_us(total / f.n_steps)} per step), above the {_pct(COMMUNICATION_SHARE)} threshold"]
+        + [f"{r['name']}: {r['calls']} calls, {_us(r['total_us'])} in total" for r in rows],
+        "high", spent)
+
+
 RULES: List[Callable[[RuleInputs], Optional[Recommendation]]] = [
     data_loading, host_bound, small_copies, optimizer_share, missing_shapes, step_spread,
+    waiting_on_ranks,
 ]
 
 

@@ -58,7 +58,7 @@ const CATEGORY_COLORS = {
   "matmul/conv": "#4e79a7", "copy/cast": "#e15759", "allocation": "#bab0ac",
   "view/reshape": "#d4a6c8", "norm/reduce": "#499894", "elementwise": "#59a14f",
   "other ops": "#9c755f", "backward": "#f28e2b", "optimizer": "#edc948",
-  "data loading": "#b07aa1", "Python/other": "#a0cbe8", "idle": "#e8e8e8",
+  "data loading": "#b07aa1", "communication": "#ff9da7", "Python/other": "#a0cbe8", "idle": "#e8e8e8",
   "autograd engine": "#ffbe7d",
 };
 function hashColor(name) {

@@ -101,15 +101,18 @@ VIEWS.overview = function (section) {
   const width = Math.max(480, section.clientWidth || 900);
   section.append(stepChart(ov, width));
   section.append(el("p", { class: "muted", text: "Each event's self time counts once: ops by the kind of " +
-    "their outermost op, unless inside the optimizer, backward or data loading; idle is the step " +
-    "range's own time (nothing recorded ran on its thread); Python/other is time in user ranges " +
+    "their outermost op, unless inside the optimizer, backward or data loading; communication is " +
+    "time in collectives (c10d:: ops, gloo:/nccl: ranges) and the step's idle time while one was " +
+    "in flight on another thread (waiting for it, or for the other ranks); idle is the rest of " +
+    "the step range's own time (nothing recorded ran on its thread); Python/other is time in user ranges " +
     "and Python frames outside ops. Backward is split again by the kind of op inside it " +
     "(indented rows); autograd engine is backward time outside any op." }));
   section.append(categoryTable(ov));
   section.append(el("h2", { text: "Top 10 operators by self time" }));
   const self = DATA.operators.self_total_us;
   section.append(topTable("top-ops", DATA.overview.top_ops, [
-    ["Name", r => r.name], ["Self CPU", r => fmtUs(r.self_us)],
+    ["Name", r => r.communication ? `${r.name} (communication)` : r.name],
+    ["Self CPU", r => fmtUs(r.self_us)],
     ["Self CPU %", r => fmtPct(r.self_us, self)], ["# of Calls", r => String(r.calls)]]));
   section.append(el("h2", { text: "Top 10 modules" }));
   if (!DATA.modules) section.append(notRecorded("Modules", "Profile with with_modules=True."));
