@@ -65,8 +65,9 @@ from opscope.load.trace_columns import (NO_TEXT, EventPositions, Interned, Trace
 from opscope.load.trace_scan import OP_CATEGORIES, hashable, to_ns
 from opscope.load.trace_settings import (memory_records, trace_marks, trace_modules,
                                          trace_settings)
-from opscope.model.records import (FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
+from opscope.model.records import (FLAG_ASYNC, FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, RawSession)
+from opscope.model.torch_names import COLLECTIVE_RANGE_PREFIXES
 
 MAX_EPOCH_NS = 4 * 10 ** 18  # baseTimeNanoseconds past this (year 2096) is not a clock
 
@@ -145,6 +146,7 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
                             EventPositions(cols.memory, cols.positions[0]))
     names, records, user_rows = _records(cols, ops, start, end, thread_index, tids)
     records["flags"][ops.column("python").astype(bool)] = FLAG_PYTHON_FUNCTION
+    records["flags"][_async_rows(names, records, user_rows)] |= FLAG_ASYNC
     inputs = _encode_inputs(ops, cols, thread_index, len(tids), records)
     stack_ids, stack_table = _stacks(ops, cols)
     flops = ops.column("flops") if "flops" in cols.batches and \
@@ -224,6 +226,16 @@ def _records(cols: TraceColumns, ops: _KeptOps, start: np.ndarray, end: np.ndarr
                                              tids)[thread_index] if len(start) else 0
     records["scope"] = scope
     return [n if isinstance(n, str) else str(n) for n in names], records, user_rows
+
+
+def _async_rows(names: List[str], records: np.ndarray, user_rows: np.ndarray) -> np.ndarray:
+    """The user ranges torch records as async, which a trace does not say: a collective's
+    backend range (``gloo:all_reduce``), which c10d's Work always marks async, since another
+    thread may end it. torch's table then gives it no CPU total %, live or loaded."""
+    ids = [k for k, n in enumerate(names) if n.startswith(COLLECTIVE_RANGE_PREFIXES)]
+    if not ids or len(user_rows) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return user_rows[np.isin(records["name_id"][user_rows], ids)]
 
 
 def _stacks(ops: _KeptOps, cols: TraceColumns
