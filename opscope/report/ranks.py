@@ -12,9 +12,10 @@ the other views show the lowest rank's session (``meta.shown_rank``), and
 - ``collectives``: the matched collectives, longest wait first (at most
   ``COLLECTIVE_CAP``), with per rank its arrival, wait and transfer (ms) as
   columns aligned with ``ranks``;
-- ``timeline``: each rank's timeline lanes (``opscope.report.timeline``, the
-  cap shared among the ranks) with the rank's ``offset_ns`` from the job's
-  first event, so all ranks are on one aligned clock.
+- ``timeline``: each window's timeline lanes (``opscope.report.timeline``, the
+  cap shared among the windows; a rank profiled in several windows has a group
+  for each, and ``ranks`` counts the ranks) with its ``offset_ns`` from the
+  job's first event, so all ranks are on one aligned clock.
 
 Example::
 
@@ -109,6 +110,7 @@ class _LaneCollector:
                            "min_dur_ns": g["min_dur_ns"], "window_ns": g["window_ns"]})
         window = max((g["offset_ns"] + g["window_ns"] for g in groups), default=0)
         return {"names": list(names), "groups": groups, "window_ns": window,
+                "ranks": len({g["rank"] for g in groups}),  # groups are windows, not ranks
                 "total": sum(g["total"] for g in groups),
                 "shown": sum(g["shown"] for g in groups), "cap": self.cap * len(groups)}
 

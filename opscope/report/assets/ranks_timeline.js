@@ -4,6 +4,13 @@
 "use strict";
 const RT_GROUP = 22;
 
+// "2 ranks" or "2 ranks, 4 windows": a rank profiled in several windows has a group for each
+function rankCount(tl) {
+  const ranks = tl.ranks ?? tl.groups.length, windows = tl.groups.length;
+  return `${ranks} rank${ranks === 1 ? "" : "s"}` +
+    (windows > ranks ? `, ${windows} windows` : "");
+}
+
 function rankTimeline(box, tl) {
   const groups = tl.groups.map(g => {
     const lanes = decodeLanes(g);
@@ -29,7 +36,7 @@ function rankTimeline(box, tl) {
     info), scroll);
   if (tl.shown < tl.total)
     box.append(el("p", { class: "muted", text: `Showing the ${tl.shown.toLocaleString()} longest ` +
-      `of ${tl.total.toLocaleString()} events (each rank keeps its longest events, up to ` +
+      `of ${tl.total.toLocaleString()} events (each window keeps its longest events, up to ` +
       `${Math.floor(tl.cap / Math.max(1, groups.length)).toLocaleString()}).` }));
 
   const px = t => (t - state.t0) * state.width / (state.t1 - state.t0);
@@ -90,7 +97,7 @@ function rankTimeline(box, tl) {
         drawLane(ctx, lane);
       }
     }
-    info.textContent = `${fmtUs(state.t0 / 1000)} – ${fmtUs(state.t1 / 1000)} · ${groups.length} rank(s) · ` +
+    info.textContent = `${fmtUs(state.t0 / 1000)} – ${fmtUs(state.t1 / 1000)} · ${rankCount(tl)} · ` +
       `${tl.shown.toLocaleString()} of ${tl.total.toLocaleString()} events`;
   }
   function eventAt(x, yy) {
