@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict
 
 import numpy as np
@@ -31,6 +32,16 @@ from opscope.model.session import ProfileSession
 from opscope.analysis.ancestry import event_depth
 
 TIMELINE_CAP = 100_000
+
+
+def thread_label(name: str, tid: int) -> str:
+    """A thread's name for its lane, "" where it has none but the trace's generic label
+    (torch writes ``thread <tid> (python)``; the page adds the id itself).
+
+    >>> thread_label("thread 15107 (python)", 15107), thread_label("loader", 15107)
+    ('', 'loader')
+    """
+    return "" if re.fullmatch(rf"thread {tid}( \(.*\))?", name or "") else (name or "")
 
 
 def kept_events(duration_ns: np.ndarray, cap: int) -> np.ndarray:
@@ -71,7 +82,7 @@ def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str
         s = start[rows]
         tid = int(os_tid[keep[rows[0]]]) if n else 0
         lanes.append({
-            "tid": tid, "thread": session.thread_names.get(tid, ""),  # Python's name, if any
+            "tid": tid, "thread": thread_label(session.thread_names.get(tid, ""), tid),
             "events": int(np.count_nonzero(table.thread_index == t)),
             "start": np.diff(s, prepend=0).tolist(),
             "dur": dur[rows].tolist(), "self": self_ns[rows].tolist(),
