@@ -19,6 +19,7 @@ from typing import List, Optional
 
 from opscope.cli import convert, demo, diff, merge, query, ranks, report, run, table, trigger
 from opscope.cli.errors import USAGE_EXIT, OneLineParser, UsageError, print_error
+from opscope.cli.terminal import CLOSED_PIPE_EXIT, silence_closed_streams
 
 VERBS = (run, demo, report, table, diff, trigger, ranks, merge, convert, query)
 
@@ -40,12 +41,27 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``), run the verb, exit with its status."""
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the verb, exit with its status.
+
+    A reader that closes the pipe early (``opscope query ... | head``) ends
+    any verb quietly, with status 141 as a process stopped by SIGPIPE.
+    """
+    try:
+        try:
+            status = _parse_and_run(argv)
+        except SystemExit as exc:  # --help, --version, a bad option: flushed here too
+            status = exc.code
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_closed_streams()
+        status = CLOSED_PIPE_EXIT
+    sys.exit(status)
+
+
+def _parse_and_run(argv: Optional[List[str]]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        status = args.handler(args)
+        return args.handler(args)
     except UsageError as exc:
         print_error(str(exc))
-        status = USAGE_EXIT
-    sys.stdout.flush()
-    sys.exit(status)
+        return USAGE_EXIT

@@ -32,6 +32,7 @@ from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_option
                                  parse_schedule, prepare_output_dir)
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
                                    start_profiler, warm_up_collector)
+from opscope.cli.terminal import silence_closed_streams
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
 from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
                                   launch_command, parse_nproc, worker_rank)
@@ -149,14 +150,23 @@ def profile_script(args: argparse.Namespace) -> int:
     if sigterm.received:
         print(f"{who}stopped by SIGTERM; what was recorded until then is kept",
               file=sys.stderr)
-    sys.stdout.flush()
-    if rank in (None, 0) and not print_table(prof, sort=args.sort, row_limit=args.row_limit):
+    if rank in (None, 0) and not _print_table(prof, args):
         print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
     print_summary(writer, who)
     outcome.report()
     if outcome.exit_code == 0 and (writer.errors or sigterm.received):
         return SIGTERM_EXIT if sigterm.received else 1
     return outcome.exit_code
+
+
+def _print_table(prof: "opscope.profile", args: argparse.Namespace) -> bool:
+    """``print_table``; a closed stdout (``| head``) ends the table, not the exit status."""
+    try:
+        sys.stdout.flush()
+        return print_table(prof, sort=args.sort, row_limit=args.row_limit)
+    except BrokenPipeError:
+        silence_closed_streams()
+        return True
 
 
 def _nothing_recorded(args: argparse.Namespace, steps: int) -> str:

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Optional, TextIO
@@ -58,3 +59,52 @@ def write_text(text: str, stream: Optional[TextIO] = None) -> None:
         safe = safe.encode(encoding, "backslashreplace").decode(encoding)
     stream.write(safe)
     stream.flush()
+
+
+
+# The status of a command whose reader went away: what a shell reports for SIGPIPE.
+CLOSED_PIPE_EXIT = 141
+
+
+def reader_gone(fd: int) -> bool:
+    """True when ``fd`` is a pipe or socket whose reading end was closed.
+
+    >>> r, w = os.pipe(); os.close(r)
+    >>> reader_gone(w), reader_gone(w + 1000)
+    (True, False)
+    >>> os.close(w)
+    """
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, ValueError, OSError):
+        return False
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
+
+
+def silence_closed_streams() -> None:
+    """Point stdout, and stderr when its reader is gone too, at ``/dev/null``.
+
+    Called on ``BrokenPipeError`` (``opscope query ... | head``): what the
+    command still writes there, and Python's flush at exit, then go nowhere
+    instead of raising again or printing "Exception ignored ... BrokenPipeError".
+    A stderr still read (a terminal) keeps its messages.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+        except (AttributeError, ValueError, OSError):
+            continue  # replaced (a StringIO in a test): nothing to redirect
+        if stream is sys.stdout or reader_gone(fd):
+            try:
+                os.dup2(devnull, fd)
+            except OSError:
+                pass
+    os.close(devnull)
