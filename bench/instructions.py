@@ -198,6 +198,16 @@ def child(sizes: Dict[str, dict], rows: List[str], shifts: int) -> None:
     print(json.dumps({"labels": labels, "ops": ops}), flush=True)
 
 
+def child_python() -> str:
+    """The interpreter the child runs under valgrind: this one, as it was started.
+
+    Not its real path: in a virtualenv ``sys.executable`` is a symlink beside the venv's
+    ``pyvenv.cfg``, and resolving it starts the base interpreter, without the venv's
+    packages (torch). valgrind runs the symlink as it is.
+    """
+    return sys.executable
+
+
 def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path, shifts: int) -> dict:
     """Run the child under callgrind; {"labels", "ops", "dumps"} (one dump per label)."""
     from empty_observer import load
@@ -206,7 +216,7 @@ def run_callgrind(sizes: Dict[str, dict], rows: List[str], folder: Path, shifts:
     out = folder / "callgrind.out"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
            f"--toggle-collect={REGION}", f"--dump-after={REGION}",
-           f"--callgrind-out-file={out}", os.path.realpath(sys.executable), __file__,
+           f"--callgrind-out-file={out}", child_python(), __file__,
            "--child", json.dumps({"sizes": sizes, "rows": rows, "shifts": shifts})]
     env = dict(os.environ, PYTHONHASHSEED="0", OPSCOPE_QUIET_BUILD="1",
                PYTHONPATH=os.pathsep.join([str(common.REPO), str(common.BENCH_DIR),

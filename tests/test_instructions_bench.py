@@ -81,3 +81,14 @@ def test_heap_shifts_differ_and_the_first_moves_nothing():
     sizes = [sorted(len(b) for b in instructions.heap_pad(k)) for k in (1, 2, 3)]
     assert sizes[0] != sizes[1] != sizes[2]
     assert max(sizes[2]) > 512 >= min(sizes[2])  # malloc's sizes and pymalloc's
+
+
+def test_the_child_runs_in_this_interpreters_environment():
+    """In a virtualenv the child must keep the venv (its torch), not start the base
+    interpreter that the venv's python symlinks to."""
+    import subprocess
+
+    code = "import sys; print(sys.prefix)"
+    done = subprocess.run([instructions.child_python(), "-c", code], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == sys.prefix
