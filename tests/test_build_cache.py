@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from opscope.collect import build_cache, native_build
+from venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600
@@ -146,8 +147,7 @@ def test_two_venvs_share_one_build(cache, tmp_path):
     so = library(cache)
     before = so.stat()
     for name in ("venv-a", "venv-b"):
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                        str(tmp_path / name)], check=True, timeout=120)
+        make_venv(tmp_path / name)
     for name in ("venv-a", "venv-b", "venv-a", "venv-b"):
         proc = run(cache, quiet=False, python=str(tmp_path / name / "bin" / "python"))
         assert proc.returncode == 0, proc.stderr
@@ -155,6 +155,23 @@ def test_two_venvs_share_one_build(cache, tmp_path):
         assert "NATIVE True" in proc.stdout
     after = so.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_nested_venv_imports_this_interpreters_packages(tmp_path):
+    """The venvs above (and test_on_demand_startup's) see the packages the tests run with,
+    also when the tests run in a virtualenv, where ``--system-site-packages`` would give
+    the base interpreter's: no torch there, or another one, or another setuptools."""
+    import importlib.util
+
+    names = ["torch"] + [n for n in ("pip", "setuptools") if importlib.util.find_spec(n)]
+    here = [importlib.util.find_spec(n).origin for n in names]
+    venv = make_venv(tmp_path / "venv")
+    code = ("import importlib.util, sys; print(sys.prefix)\n"
+            "for n in sys.argv[1:]: print(importlib.util.find_spec(n).origin)")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code, *names], text=True,
+                          capture_output=True, timeout=120, env=dict(os.environ, PYTHONPATH=""))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(venv), *here]
 
 
 # --- damaged builds -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from opscope.analysis.steps import step_breakdown
 from opscope.cli.main import main as cli_main
 from opscope.on_demand import control
 from subprocesses import run_in_group
+from venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -315,7 +316,10 @@ def test_installed_opscope_has_the_pth_in_site_packages():
 
 
 def fresh_venv(tmp_path: Path, editable: bool) -> Path:
-    """A venv that sees this interpreter's packages (torch), with this checkout pip-installed."""
+    """A venv that sees this interpreter's packages (torch), with this checkout pip-installed.
+
+    The venv builds with this interpreter's setuptools (tests/venvs.py), so that is the one
+    the skip reads."""
     setuptools = _version("setuptools") or ()
     if setuptools < (64,) or (setuptools < (70, 1) and _version("wheel") is None):
         pytest.skip(f"setuptools {setuptools} cannot build the wheel offline (64, and 70.1 or "
@@ -329,13 +333,11 @@ def fresh_venv(tmp_path: Path, editable: bool) -> Path:
         shutil.copy2(REPO / name, source / name)
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OPSCOPE"))}
-    for cmd in ([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
-                 str(venv)],
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                 "--no-build-isolation", "--no-index", *(["-e"] if editable else []),
-                 str(source)]):
-        done = run_in_group(cmd, env=env, cwd=tmp_path, timeout=300)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    make_venv(venv, env=env)  # sees this interpreter's torch, pip and setuptools
+    done = run_in_group([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                         "--no-build-isolation", "--no-index", *(["-e"] if editable else []),
+                         str(source)], env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return venv
 
 
