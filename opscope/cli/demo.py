@@ -112,7 +112,9 @@ def main(args: argparse.Namespace) -> int:
     finally:
         writer.stopping = True
         prof.stop()
-    if not print_table(prof, sort="self_cpu_time_total", row_limit=20):
+    shown = writer.shown_window()
+    if shown is None or not print_table(shown, sort="self_cpu_time_total", row_limit=20,
+                                        label=shown.label):
         print("opscope: error: the demo recorded nothing", file=sys.stderr)
         return 1
     print_summary(writer)

@@ -20,6 +20,7 @@ from typing import Any, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
+from opscope.session_profile import SessionProfile
 
 
 class Output(NamedTuple):
@@ -75,6 +76,8 @@ class WindowWriter:
         self.stopping = False
         self.written: List[str] = []   # one line per file, for the summary
         self.errors: List[str] = []
+        self.last_complete: Optional[SessionProfile] = None  # the newest whole window
+        self.last_partial: Optional[SessionProfile] = None   # one cut short by the stop
 
     def file_name(self, step: int, output: Output) -> str:
         """The file name of ``output`` for the window ending at ``step``."""
@@ -83,8 +86,13 @@ class WindowWriter:
             base += ".partial"  # the program ended inside step N: not a whole window
         return base + output.suffix
 
+    def shown_window(self) -> Optional[SessionProfile]:
+        """The window whose table a verb prints: the last complete one, else the partial."""
+        return self.last_complete or self.last_partial
+
     def __call__(self, prof: Any) -> None:
         step = prof.step_num if self.stopping else prof.step_num - 1
+        self._keep(prof.session, step)
         for output in self.outputs:
             name = self.file_name(step, output)
             try:
@@ -99,14 +107,61 @@ class WindowWriter:
                                 + (f" ({output.hint})" if output.hint else ""))
 
 
-def print_table(prof: Any, *, sort: str, row_limit: int) -> bool:
-    """Print ``key_averages().table(...)`` of the last window on stdout; False if none."""
+    def _keep(self, session: Any, step: int) -> None:
+        """Keep the window just finished (a reference: a session is never edited)."""
+        partial = self.by_step and self.stopping
+        label = window_label(session, step, partial=partial)
+        kept = SessionProfile(session, label)
+        if partial:
+            self.last_partial = kept
+        else:
+            self.last_complete, self.last_partial = kept, None
+
+
+def window_label(session: Any, step: int, *, partial: bool) -> str:
+    """What a printed table covers: ``steps 2-4 (complete window)``, or ``the whole run``.
+
+    The window's steps are the ``ProfilerStep#N`` ranges it recorded, up to
+    ``step`` (its last); a window without them (no schedule) is the whole run.
+
+    >>> from opscope.model.events import EventTable
+    >>> from opscope.model.records import RawSession
+    >>> from opscope.model.session import ProfileSession
+    >>> empty = ProfileSession(EventTable.from_raw(RawSession.empty()))
+    >>> window_label(empty, 0, partial=False)
+    'the whole run'
+    """
+    from opscope.analysis.facts import step_ranges
+    from opscope.model.torch_names import PROFILER_STEP
+
+    numbers = []
+    for row in step_ranges(session):
+        name = session.table.name(int(row))
+        tail = name.rpartition("#")[2]
+        if name.startswith(PROFILER_STEP) and tail.isdigit():
+            numbers.append(int(tail))
+    if not numbers:
+        return "the whole run"
+    first, last = min(numbers), max(numbers + [step])
+    steps = f"step {last}" if first == last else f"steps {first}-{last}"
+    if partial:
+        return f"{steps} (partial window: the program ended during step {last})"
+    return f"{steps} (complete window)"
+
+
+def print_table(prof: Any, *, sort: str, row_limit: int, label: Optional[str] = None) -> bool:
+    """Print ``key_averages().table(...)`` of ``prof`` on stdout; False if it has none.
+
+    ``label`` (the window the table covers) is printed as a line above it.
+    """
     try:
         prof.session
     except RuntimeError:
         return False
     with progress("analysing"):
         text = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
+    if label:
+        text = f"opscope: table of {label}\n{text}"
     write_text(text if text.endswith("\n") else text + "\n")  # range names escaped
     return True
 

@@ -37,6 +37,7 @@ from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, pr
 from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
                                   launch_command, parse_nproc, worker_rank)
 from opscope.script import run_script, syntax_error
+from opscope.session_profile import SessionProfile
 
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
 DESCRIPTION = """\
@@ -150,7 +151,7 @@ def profile_script(args: argparse.Namespace) -> int:
     if sigterm.received:
         print(f"{who}stopped by SIGTERM; what was recorded until then is kept",
               file=sys.stderr)
-    if rank in (None, 0) and not _print_table(prof, args):
+    if rank in (None, 0) and not _print_table(writer.shown_window(), args):
         print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
     print_summary(writer, who)
     outcome.report()
@@ -159,11 +160,17 @@ def profile_script(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _print_table(prof: "opscope.profile", args: argparse.Namespace) -> bool:
-    """``print_table``; a closed stdout (``| head``) ends the table, not the exit status."""
+def _print_table(window: Optional[SessionProfile], args: argparse.Namespace) -> bool:
+    """``print_table`` of the window shown (the last complete one, else the partial one).
+
+    A closed stdout (``| head``) ends the table, not the exit status.
+    """
+    if window is None:
+        return False
     try:
         sys.stdout.flush()
-        return print_table(prof, sort=args.sort, row_limit=args.row_limit)
+        return print_table(window, sort=args.sort, row_limit=args.row_limit,
+                           label=window.label)
     except BrokenPipeError:
         silence_closed_streams()
         return True
