@@ -134,7 +134,9 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
                  flops: Optional[np.ndarray] = None,
                  exclude: Optional[np.ndarray] = None,
                  group_by_overload_name: bool = False,
-                 overload_names: Optional[Sequence[str]] = None) -> List[FunctionEventAvg]:
+                 overload_names: Optional[Sequence[str]] = None,
+                 device_ns: Optional[Tuple[np.ndarray, np.ndarray]] = None
+                 ) -> List[FunctionEventAvg]:
     """One FunctionEventAvg per key, in order of each key's first event.
 
     ``memory`` may hold per-event ``cpu_memory_usage``/``self_cpu_memory_usage``
@@ -185,6 +187,11 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
             self_cpu_memory_usage=self_mem[g], flops=flop_sum[g],
             is_async=bool(table.is_async[i]), is_user_annotation=bool(is_user[k]),
             overload_name=overloads[k] if overloads is not None else ""))
+    if device_ns is not None:
+        own = _float_sums(groups, (device_ns[0] / 1000.0)[rows_in])
+        sub = _float_sums(groups, (device_ns[1] / 1000.0)[rows_in])
+        for g, row in enumerate(rows):
+            row.set_device_time(float(own[g]), float(sub[g]))
     return rows
 
 
@@ -216,11 +223,21 @@ def session_key_averages(session, *, group_by_input_shape: bool = False,
     >>> session_key_averages(build_session(RawSession.empty()), group_by_overload_name=True)
     []
     """
-    return key_averages(session.table, group_by_input_shape=group_by_input_shape,
+    device = getattr(session, "device", None)
+    device_ns = None
+    if device is not None:
+        from opscope.analysis.device import device_key_averages, session_device_times
+
+        device_ns = session_device_times(session)
+    rows = key_averages(session.table, group_by_input_shape=group_by_input_shape,
                         group_by_stack_n=group_by_stack_n, stacks=session.stacks,
                         memory=session.event_memory, flops=session.flops,
                         exclude=None if include_python_functions else python_function_rows(session),
-                        group_by_overload_name=group_by_overload_name)
+                        group_by_overload_name=group_by_overload_name, device_ns=device_ns)
+    if device is not None:
+        rows += device_key_averages(device, group_by_input_shape=group_by_input_shape,
+                                    table_names=session.table.name)
+    return rows
 
 
 def python_function_rows(session) -> Optional[np.ndarray]:
@@ -281,6 +298,12 @@ def event_key_averages(events: Sequence, *, group_by_input_shape: bool = False,
             flops=flops[g], is_user_annotation=getattr(ev, "is_user_annotation", False),
             overload_name=getattr(ev, "overload_name", "") if group_by_overload_name else "",
             node_id=getattr(ev, "node_id", -1)))
+    if any(ev.device_time_total for ev in events):  # a device collector's events
+        own = _float_sums(groups, [ev.self_device_time_total for ev in events])
+        sub = _float_sums(groups, [ev.device_time_total for ev in events])
+        for g, k in enumerate(groups.first.tolist()):
+            rows[g].set_device_time(float(own[g]), float(sub[g]),
+                                    device_type=events[k].device_type)
     return rows
 
 

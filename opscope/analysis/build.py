@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from opscope.analysis.aggregate import filtered_mask
+from opscope.analysis.device import link_device, with_api_calls
 from opscope.analysis.flops import event_flops
 from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
 from opscope.analysis.stacks import event_stacks
@@ -41,6 +42,7 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
     names) from ``raw``. Other ``kwargs`` go to ProfileSession and win over it.
     """
     options = kwargs.pop("options", None) or raw.options
+    raw = with_api_calls(raw)  # CUDA API calls nest under their ops like any op
     table = EventTable.from_raw(raw)
     keep = filtered_mask(table)
     if not keep.all():
@@ -61,6 +63,8 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
             table, fields = without_rows(table, hidden, fields)
     if options is not None:
         fields["options"] = dict(options)
+    if raw.device is not None:
+        fields["device"] = link_device(table, raw)
     fields.update(
         metadata=dict(raw.metadata), marks=list(raw.marks), modules=raw.modules,
         memory_sightings=raw.memory_sightings, module_calls=list(raw.module_calls),

@@ -88,7 +88,24 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
         if p >= 0:
             out[i].cpu_parent = out[p]
             out[p].cpu_children.append(out[i])
+    if session.device is not None:
+        _add_device(session, out)
     return out
+
+
+def _add_device(session: ProfileSession, out: List[FunctionEvent]) -> None:
+    """Device times on the ops, each op's ``kernels``, and the device events themselves."""
+    from opscope.analysis.device import device_function_events, session_device_times
+
+    own, total = session_device_times(session)
+    for ev, o, t in zip(out, own.tolist(), total.tolist()):
+        ev.set_device_time(o / 1000.0, t / 1000.0)
+    device = session.device
+    kernels = device_function_events(session, len(out) + 1)
+    for ev, owner in zip(kernels, device.owner_row.tolist()):
+        if owner >= 0:
+            out[owner].kernels.append((ev.name, ev.device_index, ev.device_time_total))
+    out.extend(kernels)
 
 
 def concrete_value(text: str) -> Optional[Any]:

@@ -11,6 +11,7 @@ only, never opscope.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -37,8 +38,12 @@ def main(argv: list) -> int:
     try:
         from torch.utils import cpp_extension
 
+        # a source's own include folders and flags (the device collector's CUPTI headers)
+        extra = json.loads(os.environ.get("OPSCOPE_BUILD_EXTRA") or "{}")
         cpp_extension.load(name=name, sources=[source], build_directory=build_dir,
-                           extra_cflags=FLAGS, verbose=True)
+                           extra_cflags=FLAGS + list(extra.get("cflags", [])),
+                           extra_include_paths=list(extra.get("include_dirs", [])),
+                           verbose=True)
     except BaseException as exc:  # the parent reads the log; the reason goes last
         print(f"\n{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1

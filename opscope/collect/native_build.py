@@ -78,7 +78,7 @@ def build_key() -> str:
     return source_build_key(SOURCE)
 
 
-def source_build_key(source: Path) -> str:
+def source_build_key(source: Path, extra_key: str = "") -> str:
     """``torch<version>_<python tag>_<hash>`` for a C++ source.
 
     The hash covers what makes a built ``.so`` loadable: Python ABI, torch
@@ -102,6 +102,8 @@ def source_build_key(source: Path) -> str:
         "flags": BUILD_FLAGS_TAG.decode(),
         "source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
     }
+    if extra_key:  # what a source's own headers and flags add (never a path)
+        fields["extra"] = extra_key
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
     return f"torch{torch_tag}_{sys.implementation.cache_tag}_{digest}"
@@ -120,8 +122,12 @@ class NativeExtension:
     True
     """
 
-    def __init__(self, source: Path, module_prefix: str, what: str, consequence: str):
+    def __init__(self, source: Path, module_prefix: str, what: str, consequence: str,
+                 extra: Optional[Any] = None):
         self.source = Path(source)
+        # extra() -> {"include_dirs": [...], "cflags": [...], "key": str}, or raises
+        # BuildFailed with the one line to show (the device collector's CUPTI)
+        self.extra = extra
         self.module_prefix = module_prefix
         self.what = what
         self.consequence = consequence
@@ -131,7 +137,11 @@ class NativeExtension:
 
     def build_key(self) -> str:
         """The cache sub-folder of this source's build."""
-        return source_build_key(self.source)
+        return source_build_key(self.source, self.extra_options().get("key", ""))
+
+    def extra_options(self) -> dict:
+        """The source's own include folders, flags and build-key part ({} for none)."""
+        return self.extra() if self.extra is not None else {}
 
     def library_path(self) -> Path:
         """Where the built ``.so`` lives in the cache (its stamp is beside it)."""
@@ -276,7 +286,7 @@ def _compile(ext: NativeExtension, so: Path) -> None:
                     [sys.executable, "-c", _RUN_WORKER, str(_WORKER),
                      str(ext.source), temp, so.stem, str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env=_worker_env(), cwd=temp, timeout=BUILD_TIMEOUT_S)
+                    env=_worker_env(ext.extra_options()), cwd=temp, timeout=BUILD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise BuildFailed(f"the compile ran past {BUILD_TIMEOUT_S} s; "
                                   f"full log: {log}") from None
@@ -300,9 +310,13 @@ _WORKER = Path(__file__).with_name("build_worker.py")
 _RUN_WORKER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
-def _worker_env() -> dict:
+def _worker_env(extra: Optional[dict] = None) -> dict:
     """The build's environment: ninja on PATH when pip installed it, no on-demand agent."""
     env = dict(os.environ)
+    env.pop("OPSCOPE_BUILD_EXTRA", None)
+    if extra:
+        env["OPSCOPE_BUILD_EXTRA"] = json.dumps({k: extra[k] for k in ("include_dirs", "cflags")
+                                                 if k in extra})
     env.pop("OPSCOPE_ON_DEMAND", None)  # the start-up hook would start one in the build
     if shutil.which("ninja", path=env.get("PATH")) is None:
         try:

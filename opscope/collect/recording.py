@@ -65,8 +65,12 @@ class Recording:
                  with_flops: bool = False, with_modules: bool = False,
                  metadata: Optional[Dict[str, str]] = None,
                  wire: Callable[[Optional[Collector]], None] = _no_wire,
-                 take_marks: Callable[[Collector, int, int], List[Mark]] = _no_marks):
+                 take_marks: Callable[[Collector, int, int], List[Mark]] = _no_marks,
+                 probes: Optional[List[Any]] = None):
         self.collector = collector
+        # further sources, each with start(), stop() -> RawSession fields, discard()
+        # (collect/cupti.py's CuptiProbe for ProfilerActivity.CUDA)
+        self.probes: List[Any] = list(probes or [])
         self.record_shapes = record_shapes or with_flops
         self.profile_memory = profile_memory
         self.with_stack = with_stack
@@ -102,7 +106,34 @@ class Recording:
 
             self._module_ranges = ModuleRanges(self.collector)
             self._module_ranges.install()
+        self._start_probes()
         self._start_clock_sync()
+
+    def _start_probes(self) -> None:
+        """Start each probe; one that cannot start is dropped with one warning line."""
+        started = []
+        for probe in self.probes:
+            try:
+                probe.start()
+            except Exception as exc:  # noqa: BLE001  (never harm the job: CPU recording goes on)
+                warnings.warn(f"opscope: {getattr(probe, 'name', 'a')} activity not recorded: "
+                              f"{' '.join(str(exc).split())[:300]}; recording the CPU side",
+                              RuntimeWarning, stacklevel=4)
+                continue
+            started.append(probe)
+        self.probes = started
+
+    def _stop_probes(self) -> Dict[str, Any]:
+        """Each started probe's RawSession fields; a probe that fails is warned about."""
+        fields: Dict[str, Any] = {}
+        probes, self.probes = self.probes, []
+        for probe in probes:
+            try:
+                fields.update(probe.stop())
+            except Exception as exc:  # noqa: BLE001  (what the collector recorded is kept)
+                warnings.warn(f"opscope: {getattr(probe, 'name', 'a')} activity lost at stop: "
+                              f"{' '.join(str(exc).split())[:300]}", RuntimeWarning, stacklevel=4)
+        return fields
 
     def stop(self) -> RawSession:
         """Remove every hook, stop the collector; the RawSession with all it saw."""
@@ -110,6 +141,7 @@ class Recording:
         self._unwire()
         sightings = self._take_sightings()
         raw = self.collector.stop()
+        probe_fields = self._stop_probes()
         metadata = dict(self.metadata)
         offset = self._take_clock_offset()
         if offset is not None:
@@ -119,7 +151,7 @@ class Recording:
             metadata[FLIGHT_RECORDER_KEY] = json.dumps(flights, separators=(",", ":"))
         extra: Dict[str, Any] = dict(
             metadata=metadata, memory_sightings=sightings,
-            marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
+            marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns), **probe_fields)
         if module_ranges is not None:
             extra.update(modules=module_ranges.modules(), module_calls=module_ranges.calls())
         return dataclasses.replace(raw, **extra)
@@ -131,6 +163,9 @@ class Recording:
             clock.cancel()
         self._take_sightings()
         self._take_module_ranges()
+        probes, self.probes = self.probes, []
+        for probe in probes:
+            probe.discard()
         if self._running:
             self._unwire()
             try:

@@ -40,6 +40,8 @@ from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
 from opscope.export.output_path import check_output_path
 from opscope.export.trace_header import trace_header, trace_window
+from opscope.export.device_trace import (row_categories, session_correlations,
+                                         write_device_events, write_device_processes)
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT
@@ -144,10 +146,12 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
                              json.dumps(names.get(tid) or f"thread {tid} (python)")))
             out.line(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
 
+    write_device_processes(session, start_us, out.line)
     ts_ns = table.start_ns + shift
     _write_ops(session, pid, ts_ns, out)
     _write_marks(session, pid, shift, out)
     _write_flows(session, pid, ts_ns, out)
+    write_device_events(session, pid, shift, out.line)
     if session.memory is not None:
         _write_memory(session, pid, shift, out)
 
@@ -177,10 +181,10 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     is_user = table.scope == SCOPE_USER
     key = (table.name_id.astype(np.int64) * 2 + is_user) * len(tid_values) + tid_code
     _, first, head_index = np.unique(key[rows], return_index=True, return_inverse=True)
+    cats = row_categories(table)
     heads = StringTable([  # rendered from one row of each distinct key
         '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (
-            "user_annotation" if is_user[r] else "cpu_op", json.dumps(table.name(r)), pid,
-            tids[r])
+            cats[r], json.dumps(table.name(r)), pid, tids[r])
         for r in rows[first].tolist()])
     dur_ns = np.maximum(table.end_ns - table.start_ns, 0)
     seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
@@ -201,6 +205,12 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.number(fwd, present=has_seq)
     lines.text(", ", has_seq)
     lines.text('"Record function id": 0, ')
+    correlation = session_correlations(session)
+    if correlation is not None:  # CUDA API calls: the id their device work carries
+        has_corr = correlation[rows] > 0
+        lines.text('"correlation": ', has_corr)
+        lines.number(correlation[rows], present=has_corr)
+        lines.text(", ", has_corr)
     for part in _extra_args(session):
         if isinstance(part, tuple):
             lines.choice(part[0], part[1][rows])

@@ -46,6 +46,20 @@ class _CpuEventFields:
     self_cuda_time_total = 0.0
     self_cuda_memory_usage = 0
 
+    def set_device_time(self, self_us: float, total_us: float, use_device: str = "cuda",
+                        device_type=None) -> None:
+        """Give the event or row device time (a device collector's), under both names.
+
+        >>> row = FunctionEventAvg("k", count=2); row.set_device_time(3.0, 5.0)
+        >>> row.self_cuda_time_total, row.device_time_total, row.device_time
+        (3.0, 5.0, 2.5)
+        """
+        self.self_device_time_total = self.self_cuda_time_total = self_us
+        self.device_time_total = self.cuda_time_total = total_us
+        self.use_device = use_device
+        if device_type is not None:
+            self.device_type = device_type
+
     def _init_cpu_fields(self) -> None:
         self.device_memory_usage = 0
         self.self_device_memory_usage = 0
@@ -122,7 +136,9 @@ class FunctionEvent(_CpuEventFields):
     def cpu_time(self) -> float:
         return self.cpu_time_total / max(1, self.count)
 
-    device_time = 0.0
+    @property
+    def device_time(self) -> float:
+        return self.device_time_total / max(1, self.count)
 
     def __repr__(self) -> str:
         return (f"<FunctionEvent id={self.id} name={self.name} thread={self.thread} "
@@ -163,7 +179,7 @@ class FunctionEventAvg(_CpuEventFields):
 
     @property
     def device_time(self) -> float:
-        return 0.0
+        return 0.0 if self.count == 0 else self.device_time_total / self.count
 
     def add(self, other) -> "FunctionEventAvg":
         """Accumulate a FunctionEvent or FunctionEventAvg, as torch's ``add`` does.
@@ -189,6 +205,10 @@ class FunctionEventAvg(_CpuEventFields):
         self.cpu_memory_usage += other.cpu_memory_usage
         self.self_cpu_memory_usage += other.self_cpu_memory_usage
         self.count += other.count
+        if other.device_time_total or other.self_device_time_total:
+            self.set_device_time(self.self_device_time_total + other.self_device_time_total,
+                                 self.device_time_total + other.device_time_total,
+                                 other.use_device or "cuda")
         if other.flops:
             self.flops += other.flops
         return self

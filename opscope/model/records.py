@@ -42,6 +42,8 @@ FLAG_UNFINISHED = 1
 FLAG_ASYNC = 2
 FLAG_MEMORY = 4  # a top-level "[memory]" event: an allocation made outside any op
 FLAG_PYTHON_FUNCTION = 8  # a saved trace's ``python_function`` event (torch's with_stack)
+FLAG_CUDA_RUNTIME = 16  # a CUDA runtime API call (a device collector's, on its host thread)
+FLAG_CUDA_DRIVER = 32  # a CUDA driver API call
 
 # One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator
 # (observer.cpp: MemRecord). device_type is c10::DeviceType (0: CPU).
@@ -246,6 +248,13 @@ class RawSession:
     # load.trace_events.PYTHON_FUNCTION_RULES; "hidden": in the tree, not rows)
     source_path: str = ""
     python_functions: str = "counted"
+    # A device collector's (model.device.DEVICE_DTYPE records on the collector clock,
+    # their name table, and CUPTI's thread id -> OS thread id where known); None: none.
+    # ``correlation``: per record, the CUDA correlation id of an API call row (0: none).
+    device: Optional[np.ndarray] = None
+    device_names: List[str] = field(default_factory=list)
+    device_threads: Dict[int, int] = field(default_factory=dict)
+    correlation: Optional[np.ndarray] = None
 
     @classmethod
     def empty(cls) -> "RawSession":

@@ -81,6 +81,9 @@ class ProfileSession:
     source_path: str = ""
     thread_names: Dict[int, str] = field(default_factory=dict)
     python_functions: str = "counted"
+    # A device collector's work (kernels, copies, memsets) linked to table rows
+    # (model.device.DeviceEvents); None: no device activity was recorded.
+    device: Optional[Any] = None
     # derived per-event facts, each computed once on first use (see ``derived``)
     _derived: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
