@@ -37,8 +37,10 @@ PLUMBING = (
     ("torch/_dynamo/eval_frame.py", ("_fn", "__call__")),
     ("torch/_compile.py", ("inner",)),
 )
+# (recording leaves these out since issue 27; older traces still hold them)
 LAUNCHERS = ("<frozen runpy>", "runpy.py", "opscope/__main__.py", "opscope/cli/main.py",
-             "opscope/cli/run.py", "opscope/script.py")
+             "opscope/cli/run.py", "opscope/script.py", "opscope/cli/torchrun.py",
+             "opscope/cli/step_hook.py", "bin/opscope")
 _FRAME = re.compile(r"(?P<path>.*)\(\d+\): (?P<function>.*)\Z", re.DOTALL)
 
 

@@ -78,7 +78,7 @@ class Recording(BackwardHooks):
         fmt = FrameFormatter()
         table: List[List[str]] = [[] for _ in self.stack_ids]
         for key, sid in self.stack_ids.items():
-            table[sid] = [fmt.format(code.co_filename, line, code.co_name) for code, line in key]
+            table[sid] = fmt.stack((code.co_filename, line, code.co_name) for code, line in key)
         return table
 
     # -- names and threads ------------------------------------------------
