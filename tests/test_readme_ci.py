@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -45,12 +46,14 @@ def test_ci_run_is_strict_bash_and_executable():
     assert CI_RUN.stat().st_mode & stat.S_IXUSR
 
 
-def test_ci_run_runs_the_readme_test_command():
+def test_ci_run_runs_the_readme_commands():
     result = subprocess.run(["bash", str(CI_RUN), "--print"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    install, demo, tests = result.stdout.splitlines()
-    assert f"{install} && {tests}" == first_code_block(README.read_text())[1][1]
+    demo_install, demo, install, tests = result.stdout.splitlines()
+    first, second = first_code_block(README.read_text())[1]
+    assert f"{demo_install} && opscope demo" == first
+    assert f"{install} && {tests}" == second
     assert demo.startswith("opscope demo -o ")
 
 
@@ -60,7 +63,7 @@ def _fake_repo(tmp_path: Path, tests_command: str) -> tuple:
     (repo / ".ci").mkdir(parents=True)
     shutil.copy2(CI_RUN, repo / ".ci" / "run")
     (repo / "README.md").write_text(
-        "# fake\n\nOne sentence.\n\n```\necho demo\n"
+        "# fake\n\nOne sentence.\n\n```\necho demo > demo-installed.txt && opscope demo\n"
         f"echo installing > installed.txt && {tests_command}\n```\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -69,7 +72,9 @@ def _fake_repo(tmp_path: Path, tests_command: str) -> tuple:
     fake.write_text('#!/usr/bin/env bash\necho "{}" > "$3/demo.pt.trace.json"\n')
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               OPSCOPE_CI_SKIP_VIEWER_TOOLS="1")
+               OPSCOPE_CI_SKIP_VIEWER_TOOLS="1", OPSCOPE_CI_SKIP_HTA="1",
+               OPSCOPE_CI_VENV_OPTIONS="--without-pip")  # it installs nothing
+    env.pop("VIRTUAL_ENV", None)
     return repo, env
 
 
@@ -83,10 +88,30 @@ def test_ci_run_status_follows_the_tests(tmp_path, tests_command, expected):
     result = subprocess.run(["bash", ".ci/run"], cwd=repo, env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == expected, result.stdout + result.stderr
+    assert (repo / "demo-installed.txt").is_file()  # the first command's install ran
     assert (repo / "installed.txt").is_file()  # the install part ran
     assert "+ opscope demo -o " in result.stdout
     if tests_command.endswith("exit(5)'"):
         assert "no tests" in result.stderr
+
+
+def test_ci_run_runs_the_commands_in_a_fresh_venv(tmp_path):
+    """CI proves what a newcomer runs: both installs, the demo and the tests inside a new
+    virtualenv (not the interpreter CI was started with), removed afterwards."""
+    check = ("python -c 'import json, os, sys; json.dump([sys.prefix, sys.base_prefix, "
+             "os.environ.get(\"VIRTUAL_ENV\")], open(\"prefix.json\", \"w\"))'")
+    repo, env = _fake_repo(tmp_path, check)
+    readme = (repo / "README.md").read_text()
+    (repo / "README.md").write_text(readme.replace("echo demo > demo-installed.txt",
+                                                   "echo $VIRTUAL_ENV > demo-installed.txt"))
+    result = subprocess.run(["bash", ".ci/run"], cwd=repo, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    prefix, base_prefix, virtual_env = json.loads((repo / "prefix.json").read_text())
+    assert prefix != base_prefix and prefix == virtual_env
+    assert Path(prefix).name == "venv" and Path(prefix).parent.name.startswith("opscope-ci.")
+    assert (repo / "demo-installed.txt").read_text().strip() == prefix
+    assert not Path(prefix).exists()
 
 
 def test_ci_run_fails_when_demo_writes_no_trace(tmp_path):
