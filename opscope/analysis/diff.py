@@ -11,6 +11,11 @@ percent of what it was (any growth for a new op) *and* by at least
 ``noise_pct`` percent of the larger of the two sessions' total self time: a
 change that small is within run-to-run noise. *Improvement* is the mirror.
 
+When both sides have steps (``ProfilerStep#N`` ranges, else optimizer steps:
+``analysis.steps.step_count``), times and calls are compared per step, so that
+a window of 5 steps is not "slower" than one of 3; ``SessionDiff.steps`` then
+holds both counts.
+
 With module data (``with_modules``) on both sides, module ranges are compared
 as a separate list, one row per call path (``Net > encoder (Encoder)``), with
 forward + backward time as ``analysis.modules.module_rows`` computes it.
@@ -48,7 +53,7 @@ class DiffRow:
     """
 
     key: str
-    calls: Tuple[int, int]
+    calls: Tuple[float, float]  # whole numbers, unless compared per step
     self_us: Tuple[float, float]
     total_us: Tuple[float, float]
     status: str = ""
@@ -65,7 +70,7 @@ class DiffRow:
         return self.total_us[1] - self.total_us[0]
 
     @property
-    def delta_calls(self) -> int:
+    def delta_calls(self) -> float:
         """Calls after minus before."""
         return self.calls[1] - self.calls[0]
 
@@ -92,6 +97,7 @@ class SessionDiff:
 
     ``self_total_us`` is each side's total self CPU time (the table's "Self CPU
     time total"); ``modules`` is empty unless both sides recorded modules.
+    ``steps`` is (A's steps, B's steps) when the rows are per step, else None.
     """
 
     ops: List[DiffRow]
@@ -100,6 +106,7 @@ class SessionDiff:
     events: Tuple[int, int] = (0, 0)
     threshold_pct: float = DEFAULT_THRESHOLD_PCT
     noise_pct: float = DEFAULT_NOISE_PCT
+    steps: Optional[Tuple[int, int]] = None
 
     @property
     def regressions(self) -> List[DiffRow]:
@@ -142,13 +149,31 @@ class DiffSide:
     modules: Optional[Dict[str, Tuple[int, float, float]]]
     self_total_us: float
     events: int
+    steps: int = 0  # analysis.steps.step_count; 0: none
+
+    def per_step(self) -> "DiffSide":
+        """This side with calls and times divided by its steps.
+
+        >>> DiffSide({("a", False): (6, 3.0, 9.0)}, None, 3.0, 6, steps=3).per_step().ops
+        {('a', False): (2.0, 1.0, 3.0)}
+        """
+        n = self.steps
+
+        def scaled(rows):
+            return {k: (c / n, s / n, t / n) for k, (c, s, t) in rows.items()}
+
+        return DiffSide(scaled(self.ops), scaled(self.modules) if self.modules is not None
+                        else None, self.self_total_us / n, self.events, n)
 
 
 def session_side(session: ProfileSession, with_modules: bool = True) -> DiffSide:
     """The diff side of a session; its modules only ``with_modules`` and when recorded."""
+    from opscope.analysis.steps import step_count
+
     modules = _module_sides(session) if with_modules and session.modules else None
     return DiffSide(op_side(key_averages(session.table), session.modules), modules,
-                    float(session.table.self_ns.sum()) / 1000.0, len(session.table))
+                    float(session.table.self_ns.sum()) / 1000.0, len(session.table),
+                    step_count(session))
 
 
 def _module_sides(session: ProfileSession) -> Dict[str, Tuple[int, float, float]]:
@@ -215,7 +240,11 @@ def diff_sessions(a: ProfileSession, b: ProfileSession, *,
 
 def diff_sides(a: DiffSide, b: DiffSide, *, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                noise_pct: float = DEFAULT_NOISE_PCT) -> SessionDiff:
-    """Compare side ``b`` against side ``a``; modules when both sides have them."""
+    """Compare side ``b`` against side ``a``; modules when both sides have them; per step
+    when both have steps."""
+    steps = None
+    if a.steps > 0 and b.steps > 0:
+        steps, a, b = (a.steps, b.steps), a.per_step(), b.per_step()
     totals = (a.self_total_us, b.self_total_us)
     noise_us = noise_pct / 100.0 * max(totals)
     ops = _rows(a.ops, b.ops)
@@ -225,4 +254,4 @@ def diff_sides(a: DiffSide, b: DiffSide, *, threshold_pct: float = DEFAULT_THRES
         modules = _rows(a.modules, b.modules)
         _classify(modules, noise_us, threshold_pct)
     return SessionDiff(_sorted(ops), _sorted(modules), totals, (a.events, b.events),
-                       threshold_pct, noise_pct)
+                       threshold_pct, noise_pct, steps)

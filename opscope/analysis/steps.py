@@ -114,6 +114,12 @@ def _optimizer_step_rows(session: ProfileSession) -> np.ndarray:
     return rows[table.thread_index[rows] == table.thread_index[rows[0]]]
 
 
+def step_count(session: ProfileSession) -> int:
+    """How many steps ``step_breakdown`` finds: ``ProfilerStep#N`` ranges, else optimizer
+    steps; 0 when it has neither (the whole session is one pseudo-step)."""
+    return int(len(step_ranges(session)) or len(optimizer_step_rows(session)))
+
+
 def step_breakdown(session: ProfileSession) -> StepBreakdown:
     """The steps' names, starts, durations and time per category (see the module doc)."""
     table = session.table

@@ -36,7 +36,9 @@ calls on each side and the change, ordered by absolute change of self time.
 A row is marked REGRESSION when its self time grew by at least --threshold
 percent (default {DEFAULT_THRESHOLD_PCT:g}) of what it was and by at least
 {DEFAULT_NOISE_PCT:g}% of the total self time (smaller changes are noise);
-"improved" is the mirror. With -o, the diff is also written as an HTML page.
+"improved" is the mirror. When both sides have steps (ProfilerStep#N, else
+optimizer.step() calls), times and calls are compared per step, as the output
+says. With -o, the diff is also written as an HTML page.
 A or B may be an opscope store: its ops are aggregated in DuckDB over the
 windows --rank/--window choose (default: the lowest rank's newest window)."""
 DEFAULT_LIMIT = 30

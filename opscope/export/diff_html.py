@@ -28,7 +28,8 @@ from typing import List, Sequence, Tuple
 from opscope.analysis.diff import DiffRow, SessionDiff
 from opscope.export.atomic import PathLike, atomic_text_writer
 from opscope.export.output_path import check_output_path
-from opscope.export.diff_text import change_mark, signed_percent, signed_time, summary_lines
+from opscope.export.diff_text import (change_mark, count_text, signed_percent, signed_time,
+                                      summary_lines)
 from opscope.export.table import format_time
 
 _STYLE = """
@@ -103,9 +104,9 @@ def _row(row: DiffRow, scale: float) -> str:
         _cell(format_time(row.total_us[0]), row.total_us[0]),
         _cell(format_time(row.total_us[1]), row.total_us[1]),
         _cell(signed_time(row.delta_total), row.delta_total),
-        _cell(str(row.calls[0]), row.calls[0]),
-        _cell(str(row.calls[1]), row.calls[1]),
-        _cell(f"{row.delta_calls:+d}" if row.delta_calls else "0", row.delta_calls),
+        _cell(count_text(row.calls[0]), row.calls[0]),
+        _cell(count_text(row.calls[1]), row.calls[1]),
+        _cell(count_text(row.delta_calls, signed=True), row.delta_calls),
     ]
     status = f' class="{row.status}"' if row.status in ("regression", "improvement") else ""
     return f"<tr{status}>" + "".join(cells) + "</tr>"

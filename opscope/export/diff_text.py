@@ -46,6 +46,20 @@ def signed_time(us: float) -> str:
     return ("+" if us > 0 else "-") + format_time(abs(us))
 
 
+def count_text(calls: float, signed: bool = False) -> str:
+    """Calls: whole numbers as they are, per-step averages with two decimals.
+
+    >>> count_text(3), count_text(2.0), count_text(1.6667), count_text(-0.5, True)
+    ('3', '2', '1.67', '-0.50')
+    """
+    if calls == 0 and signed:
+        return "0"
+    sign = "+" if signed else ""
+    if float(calls).is_integer():
+        return f"{int(calls):{sign}d}"
+    return f"{calls:{sign}.2f}"
+
+
 def signed_percent(row: DiffRow) -> str:
     """Self time change in percent of A's, ``new``/``gone`` when one side has none."""
     if row.presence == "new":
@@ -70,8 +84,8 @@ def _cells(row: DiffRow) -> List[str]:
     return [format_time(row.self_us[0]), format_time(row.self_us[1]),
             signed_time(row.delta_self), signed_percent(row),
             format_time(row.total_us[0]), format_time(row.total_us[1]),
-            signed_time(row.delta_total), str(row.calls[0]), str(row.calls[1]),
-            f"{row.delta_calls:+d}" if row.delta_calls else "0", change_mark(row)]
+            signed_time(row.delta_total), count_text(row.calls[0]), count_text(row.calls[1]),
+            count_text(row.delta_calls, signed=True), change_mark(row)]
 
 
 def _shorten(name: str, width: int) -> str:
@@ -104,11 +118,16 @@ def summary_lines(diff: SessionDiff, names: Tuple[str, str]) -> List[str]:
     change = b - a
     share = f", {100.0 * change / a:+.1f}%" if a else ""
     n_reg, n_imp = len(diff.regressions), len(diff.improvements)
+    per_step = []
+    if diff.steps is not None:
+        per_step = [f"Per step: A has {diff.steps[0]} step{'' if diff.steps[0] == 1 else 's'}, "
+                    f"B has {diff.steps[1]}; times and calls are per step"]
     return [
         f"A: {names[0]}",
         f"B: {names[1]}",
-        f"Self CPU time total: {format_time(a)} -> {format_time(b)} "
-        f"({signed_time(change)}{share})",
+        *per_step,
+        f"Self CPU time {'per step' if per_step else 'total'}: {format_time(a)} -> "
+        f"{format_time(b)} ({signed_time(change)}{share})",
         f"{n_reg} regression{'' if n_reg == 1 else 's'}, {n_imp} improvement"
         f"{'' if n_imp == 1 else 's'} (threshold: {diff.threshold_pct:g}% of the op's self "
         f"time and {diff.noise_pct:g}% of the total)",

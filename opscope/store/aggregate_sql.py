@@ -177,6 +177,8 @@ def store_diff_side(con, windows: Sequence[Window], session=None):
     n, self_ns = con.execute(
         f"SELECT count(*), coalesce(sum(e.self_ns), 0) FROM events e SEMI JOIN "
         f"{chosen_sql(windows)} ON e.rank = c.r AND e.\"window\" = c.w").fetchone()
+    (steps,) = con.execute(f"SELECT count(*) FROM steps s SEMI JOIN {chosen_sql(windows)} "
+                           f"ON s.rank = c.r AND s.\"window\" = c.w").fetchone()
     modules = session_side(session).modules if session is not None else None
     return DiffSide(op_side(store_key_averages(con, windows), module_names(con, windows)),
-                    modules, float(int(self_ns)) / 1000.0, int(n))
+                    modules, float(int(self_ns)) / 1000.0, int(n), int(steps))
