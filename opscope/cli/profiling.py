@@ -25,7 +25,9 @@ from opscope.cli.progress import progress
 # command-line flag -> (opscope.profile keyword, help)
 PROFILE_FLAGS: Dict[str, tuple] = {
     "--record-shapes": ("record_shapes", "record input shapes of each op"),
-    "--memory": ("profile_memory", "record tensor memory allocated and freed by each op"),
+    "--memory": ("profile_memory", "record tensor memory allocated and freed by each op: "
+                                   "the table's CPU Mem is the bytes allocated minus freed "
+                                   "while it ran, what it called included"),
     "--stack": ("with_stack", "record the Python stack of each op"),
     "--modules": ("with_modules", "record the nn.Module hierarchy of each op"),
     "--flops": ("with_flops", "estimate FLOPs of matrix products, convolutions (and their "

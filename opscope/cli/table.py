@@ -87,7 +87,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--group-by", metavar=GROUP_BY_FORM, type=parse_group_by,
         help="one row per name and input shapes (shape), per name and the N innermost "
-             "Python frames (stack:N), or per nn.Module as a tree (module)")
+             "Python frames (stack:N), or per nn.Module as a tree (module). CPU Mem is the "
+             "bytes allocated minus freed while an op ran, what it called included; a module's "
+             "Net CPU Mem is that of its forward and backward ops, so it differs from the CPU "
+             "Mem of the module's range, which counts the forward only")
     add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)

@@ -4,13 +4,18 @@ One line per module (``analysis.modules.ModuleRow``), indented two spaces per le
 with columns in the style of torch.profiler's table::
 
     Module  # of Calls  Params  Forward  Backward  Total  Self  Total %
-        [Total MFLOPs  GFLOP/s]  [CPU Mem  Self CPU Mem]
+        [Total MFLOPs  GFLOP/s]  [Net CPU Mem  Self Net Mem]
 
 ``Forward`` and ``Backward`` include the children's time; ``Self`` is the module's
 forward + backward time minus its children's. ``Total %`` is a share of the roots'
 forward + backward time. FLOP columns appear with ``with_flops`` when a row has
 FLOPs (scaled from the largest count, so the model's total reads below 1000);
-memory columns when the rows carry memory.
+memory columns when the rows carry memory: ``Net CPU Mem`` is the bytes the
+module's forward *and* backward ops allocated minus those they freed, its
+submodules' included (``MEMORY_NOTE``, printed under the table, says so). It is not
+the op table's ``CPU Mem`` of the module's range, which counts the forward alone:
+backward frees most of what forward allocated, so the net is small, can be
+negative, and a submodule's can exceed its parent's.
 
 Example::
 
@@ -37,6 +42,10 @@ SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "forward_time_total",
 INDENT = "  "
 COLUMN_GAP = 2
 WIDTH = 12
+MEMORY_NOTE = ("Net CPU Mem: bytes allocated minus freed by the module's forward and backward "
+               "ops, submodules included (what backward frees of forward's cancels out, so "
+               "a submodule can exceed its parent); the op table's CPU Mem of the module's "
+               "range counts its forward only.")
 # A long label is cut to (width - 6) characters + "...": below 7 none would be left.
 MIN_NAME_WIDTH = 7
 
@@ -107,7 +116,7 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     if flops:
         titles += [f"Total {flops[1]}", rates[1] if rates else "FLOP/s"]
     if with_memory:
-        titles += ["CPU Mem", "Self CPU Mem"]
+        titles += ["Net CPU Mem", "Self Net Mem"]
     widths = [name_width] + [WIDTH] * len(titles)
     aligns = ["<"] + [">"] * len(titles)
 
@@ -143,4 +152,6 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     backward = sum(r.backward_time_total for r in rows if r.parent < 0)
     out.append(f"Module forward time total: {format_time(forward, time_unit)}")
     out.append(f"Module backward time total: {format_time(backward, time_unit)}")
+    if with_memory:
+        out.append(MEMORY_NOTE)
     return "".join(text + "\n" for text in out)

@@ -1,5 +1,9 @@
 """The Modules view's data: the module tree with forward and backward time.
 
+With memory recorded, ``net_mem``/``self_net_mem`` are the module table's ``Net
+CPU Mem`` columns (``opscope.export.module_table``): bytes allocated minus freed by
+the module's forward and backward ops, not the op table's ``CPU Mem`` of its range.
+
 The rows are ``opscope.analysis.modules.module_rows`` (``with_modules``); this
 module only shapes them for the page (``assets/views.js``, ``VIEWS.modules``).
 Without module data the view gets None and says "not recorded".
@@ -19,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from opscope.analysis.facts import event_flops
 from opscope.analysis.modules import module_rows
+from opscope.export.module_table import MEMORY_NOTE
 from opscope.model.session import ProfileSession
 
 TOP_MODULES = 10
@@ -38,6 +43,8 @@ def module_view(session: ProfileSession) -> Optional[Dict[str, Any]]:
                       "params": row.parameters, "flops": int(row.flops),
                       "forward_us": round(row.forward_time_total, 3),
                       "backward_us": round(row.backward_time_total, 3),
-                      "self_us": round(row.self_cpu_time_total, 3)})
+                      "self_us": round(row.self_cpu_time_total, 3),
+                      "net_mem": row.cpu_memory_usage,
+                      "self_net_mem": row.self_cpu_memory_usage})
     top = sorted(nodes, key=lambda n: -n["self_us"])[:TOP_MODULES]
-    return {"nodes": nodes, "top": top}
+    return {"nodes": nodes, "top": top, "memory_note": MEMORY_NOTE}

@@ -123,6 +123,10 @@ VIEWS.operators = function (section) {
   section.append(el("div", { class: "toolbar" }, search, count,
     el("span", { class: "muted",
       text: "Rows as key_averages(), by self time; click a header to sort, a row for details." })));
+  if (ops.has_memory) section.append(el("p", { class: "muted", id: "op-memory-note",
+    text: "CPU Mem: bytes allocated minus freed while the op or range ran, on its thread, what it " +
+      "called included; Self CPU Mem: its own part (torch's columns). A module's range counts its " +
+      "forward only: the Modules view's Net CPU Mem adds its backward." }));
   section.append(el("div", { class: "tablewrap grow" },
     el("table", { class: "grid", id: "op-table" }, el("thead", {}, el("tr", {}, headers)), tbody)));
   section.append(detail);

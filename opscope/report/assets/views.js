@@ -9,6 +9,7 @@ VIEWS.modules = function (section) {
   }
   const rows = mods.nodes;   // pre-order, each with depth
   const hasFlops = rows.some(r => r.flops);
+  const hasMem = rows.some(r => r.net_mem !== null && r.net_mem !== undefined);
   const open = new Set(rows.map((r, i) => (r.depth < 2 ? i : -1)).filter(i => i >= 0));
   const tbody = el("tbody");
   function visible() {   // rows not under a folded row
@@ -34,7 +35,8 @@ VIEWS.modules = function (section) {
         el("td", { text: r.type || "" }), el("td", { text: fmtUs(r.forward_us) }),
         el("td", { text: fmtUs(r.backward_us) }), el("td", { text: fmtUs(r.self_us) }),
         el("td", { text: String(r.calls) }), el("td", { text: r.params ? fmtCount(r.params, "") : "" }),
-        ...(hasFlops ? [el("td", { text: r.flops ? fmtCount(r.flops, "FLOP") : "" })] : []));
+        ...(hasFlops ? [el("td", { text: r.flops ? fmtCount(r.flops, "FLOP") : "" })] : []),
+        ...(hasMem ? [el("td", { text: fmtBytes(r.net_mem) }), el("td", { text: fmtBytes(r.self_net_mem) })] : []));
     }));
   }
   section.append(el("p", { class: "muted",
@@ -43,7 +45,10 @@ VIEWS.modules = function (section) {
       el("thead", {}, el("tr", {}, el("th", { class: "name", text: "Module" }), el("th", { text: "Type" }),
         el("th", { text: "Forward" }), el("th", { text: "Backward" }), el("th", { text: "Self" }),
         el("th", { text: "Calls" }), el("th", { text: "Parameters" }),
-        hasFlops ? el("th", { text: "FLOPs" }) : null)), tbody)));
+        hasFlops ? el("th", { text: "FLOPs" }) : null,
+        hasMem ? el("th", { text: "Net CPU Mem" }) : null,
+        hasMem ? el("th", { text: "Self Net Mem" }) : null)), tbody)));
+  if (hasMem) section.append(el("p", { class: "muted", id: "module-memory-note", text: mods.memory_note }));
   draw();
 };
 
