@@ -202,6 +202,20 @@ def to_collector_clock(records: np.ndarray, pairs: Sequence[Tuple[int, int]]) ->
         records[field] = np.where(live, moved, 0)
 
 
+def taken_fields(ext: Any, pairs: Sequence[Tuple[int, int]],
+                 threads: Dict[int, int]) -> Dict[str, Any]:
+    """The extension's records since its last take, as RawSession fields on our clock."""
+    blob, names, dropped = ext.take()
+    records = np.frombuffer(blob, dtype=DEVICE_DTYPE).copy()
+    to_collector_clock(records, pairs)
+    if dropped:
+        import warnings
+
+        warnings.warn(f"opscope: {dropped} device records dropped (over the collector's "
+                      "bound)", RuntimeWarning, stacklevel=4)
+    return dict(device=records, device_names=list(names), device_threads=dict(threads))
+
+
 class CuptiProbe:
     """One window's device collector: ``start()``, then ``stop() -> RawSession fields``."""
 
@@ -232,17 +246,7 @@ class CuptiProbe:
         _synchronize()
         ext.stop()
         self._pairs.append(tuple(ext.clock_pair()))
-        blob, names, dropped = ext.take()
-        records = np.frombuffer(blob, dtype=DEVICE_DTYPE).copy()
-        to_collector_clock(records, self._pairs)
-        out: Dict[str, Any] = dict(device=records, device_names=list(names),
-                                   device_threads=dict(self._threads))
-        if dropped:
-            import warnings
-
-            warnings.warn(f"opscope: {dropped} device records dropped (over the collector's "
-                          "bound)", RuntimeWarning, stacklevel=3)
-        return out
+        return taken_fields(ext, self._pairs, self._threads)
 
     def discard(self) -> None:
         """Stop without keeping anything; never raises."""

@@ -7,7 +7,8 @@
 // each record is decoded there into a fixed 104-byte DeviceRecord, so the
 // launching threads pay nothing beyond what CUPTI itself costs.
 //
-// Python API (see opscope/collect/cupti.py):
+// Python API (see opscope/collect/cupti.py; record_bytes and decode_buffer are
+// for tests on machines with no GPU):
 //   load(path)                 dlopen libcupti; raises with the reason
 //   start()                    register the buffer callbacks, enable the kinds
 //   stop()                     disable the kinds, flush every buffer
@@ -29,6 +30,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -381,7 +383,104 @@ PyObject* py_thread_key(PyObject*, PyObject*) {
       static_cast<uint32_t>(reinterpret_cast<uintptr_t>(reinterpret_cast<void*>(pthread_self())))));
 }
 
+// -- for tests on machines without a GPU: records built from the header's own structs --
+
+std::deque<std::string> g_test_names;  // kernel names the test records point to
+
+// record_bytes(kind, start, end, correlation, device, stream, thread, cbid, nbytes,
+//              copy_kind, src_kind, dst_kind, name) -> the CUPTI record, byte for byte
+PyObject* py_record_bytes(PyObject*, PyObject* args) {
+  int kind, device, copy_kind, src_kind, dst_kind;
+  unsigned long long start, end, nbytes;
+  unsigned int correlation, stream, thread, cbid;
+  const char* name;
+  if (!PyArg_ParseTuple(args, "iKKIiIIIKiiis", &kind, &start, &end, &correlation, &device,
+                        &stream, &thread, &cbid, &nbytes, &copy_kind, &src_kind, &dst_kind, &name))
+    return nullptr;
+  std::string out;
+  if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+    OPSCOPE_KERNEL_T k;
+    std::memset(&k, 0, sizeof k);
+    k.kind = static_cast<CUpti_ActivityKind>(kind);
+    k.start = start; k.end = end; k.correlationId = correlation;
+    k.deviceId = static_cast<uint32_t>(device); k.streamId = stream; k.contextId = 1;
+    k.gridX = 4; k.gridY = 2; k.gridZ = 1; k.blockX = 128; k.blockY = 1; k.blockZ = 1;
+    k.registersPerThread = 32; k.staticSharedMemory = 16; k.dynamicSharedMemory = 8;
+    g_test_names.emplace_back(name);
+    k.name = g_test_names.back().c_str();
+    out.assign(reinterpret_cast<const char*>(&k), sizeof k);
+  } else if (kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+    OPSCOPE_MEMCPY_T m;
+    std::memset(&m, 0, sizeof m);
+    m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+    m.start = start; m.end = end; m.correlationId = correlation; m.bytes = nbytes;
+    m.deviceId = static_cast<uint32_t>(device); m.streamId = stream; m.contextId = 1;
+    m.copyKind = static_cast<uint8_t>(copy_kind);
+    m.srcKind = static_cast<uint8_t>(src_kind);
+    m.dstKind = static_cast<uint8_t>(dst_kind);
+    out.assign(reinterpret_cast<const char*>(&m), sizeof m);
+  } else if (kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+    OPSCOPE_MEMSET_T m;
+    std::memset(&m, 0, sizeof m);
+    m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+    m.start = start; m.end = end; m.correlationId = correlation; m.bytes = nbytes;
+    m.deviceId = static_cast<uint32_t>(device); m.streamId = stream; m.contextId = 1;
+    m.memoryKind = static_cast<uint16_t>(src_kind);
+    out.assign(reinterpret_cast<const char*>(&m), sizeof m);
+  } else if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+    CUpti_ActivityAPI a;
+    std::memset(&a, 0, sizeof a);
+    a.kind = static_cast<CUpti_ActivityKind>(kind);
+    a.start = start; a.end = end; a.correlationId = correlation;
+    a.threadId = thread; a.cbid = cbid; a.processId = 1;
+    out.assign(reinterpret_cast<const char*>(&a), sizeof a);
+  } else {
+    CUpti_Activity other;
+    std::memset(&other, 0, sizeof other);
+    other.kind = static_cast<CUpti_ActivityKind>(kind);
+    out.assign(reinterpret_cast<const char*>(&other), sizeof other);
+  }
+  out.resize((out.size() + 7) / 8 * 8, '\0');  // records sit 8-byte aligned in a buffer
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
+size_t record_size(uint32_t kind) {
+  size_t n;
+  switch (kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: n = sizeof(OPSCOPE_KERNEL_T); break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY: n = sizeof(OPSCOPE_MEMCPY_T); break;
+    case CUPTI_ACTIVITY_KIND_MEMSET: n = sizeof(OPSCOPE_MEMSET_T); break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: n = sizeof(CUpti_ActivityAPI); break;
+    default: n = sizeof(CUpti_Activity); break;
+  }
+  return (n + 7) / 8 * 8;
+}
+
+// decode_buffer(bytes): what buffer_completed does with a buffer CUPTI handed over
+PyObject* py_decode_buffer(PyObject*, PyObject* args) {
+  Py_buffer view;
+  if (!PyArg_ParseTuple(args, "y*", &view)) return nullptr;
+  std::vector<uint64_t> copy((static_cast<size_t>(view.len) + 7) / 8);
+  std::memcpy(copy.data(), view.buf, static_cast<size_t>(view.len));
+  PyBuffer_Release(&view);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(copy.data());
+  size_t len = copy.size() * 8, at = 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  while (at + sizeof(CUpti_Activity) <= len) {
+    auto* record = reinterpret_cast<const CUpti_Activity*>(base + at);
+    size_t size = record_size(record->kind);
+    if (at + size > len) break;
+    decode_locked(record);
+    at += size;
+  }
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"record_bytes", py_record_bytes, METH_VARARGS, "record_bytes(...) -> one CUPTI record (tests)"},
+    {"decode_buffer", py_decode_buffer, METH_VARARGS, "decode_buffer(bytes): decode records (tests)"},
     {"load", py_load, METH_VARARGS, "load(path): dlopen libcupti and resolve the Activity API"},
     {"start", py_start, METH_NOARGS, "start(): register the buffer callbacks, enable the kinds"},
     {"stop", py_stop, METH_NOARGS, "stop(): disable the kinds and flush every buffer"},
@@ -406,5 +505,12 @@ PyMODINIT_FUNC OPSCOPE_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
   PyObject* m = PyModule_Create(&kModule);
   if (m == nullptr) return nullptr;
   PyModule_AddIntConstant(m, "RECORD_SIZE", static_cast<long>(sizeof(DeviceRecord)));
+  // CUPTI's activity kinds, for tests that build records (record_bytes)
+  PyModule_AddIntConstant(m, "CUPTI_KERNEL", CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  PyModule_AddIntConstant(m, "CUPTI_MEMCPY", CUPTI_ACTIVITY_KIND_MEMCPY);
+  PyModule_AddIntConstant(m, "CUPTI_MEMSET", CUPTI_ACTIVITY_KIND_MEMSET);
+  PyModule_AddIntConstant(m, "CUPTI_RUNTIME", CUPTI_ACTIVITY_KIND_RUNTIME);
+  PyModule_AddIntConstant(m, "CUPTI_DRIVER", CUPTI_ACTIVITY_KIND_DRIVER);
+  PyModule_AddIntConstant(m, "CUPTI_OVERHEAD", CUPTI_ACTIVITY_KIND_OVERHEAD);
   return m;
 }
