@@ -46,6 +46,25 @@ def _site_folders() -> List[str]:
     return [p for p in sys.path if p and os.path.isdir(p)]
 
 
+def _torch_cuda_major() -> Optional[str]:
+    """"12" or "13" for a CUDA build of torch; None for a CPU build."""
+    try:
+        import torch
+
+        version = getattr(torch.version, "cuda", None)
+    except Exception:  # noqa: BLE001
+        return None
+    return version.split(".")[0] if version else None
+
+
+def _by_torch_cuda(pairs: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """The wheel layouts, the one matching torch's CUDA first (its CUPTI's structs)."""
+    major = _torch_cuda_major()
+    if major == "12":
+        return list(reversed(pairs))
+    return pairs
+
+
 def _toolkit_roots() -> List[str]:
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     return [r for r in roots if r and os.path.isdir(r)]
@@ -55,7 +74,8 @@ def find_headers(sites: Optional[Sequence[str]] = None) -> Optional[Tuple[str, s
     """(folder of cupti_activity.h, folder of cuda.h), or None when none is installed."""
     candidates = []
     for site in (sites if sites is not None else _site_folders()):
-        candidates += [(os.path.join(site, a), os.path.join(site, b)) for a, b in _WHEEL_LAYOUTS]
+        candidates += [(os.path.join(site, a), os.path.join(site, b))
+                       for a, b in _by_torch_cuda(_WHEEL_LAYOUTS)]
     if sites is None:
         for root in _toolkit_roots():
             candidates.append((os.path.join(root, "extras/CUPTI/include"),
@@ -135,8 +155,9 @@ def find_library() -> Optional[str]:
     path = _loaded_cupti()
     if path:
         return path
+    globs = list(reversed(_LIB_GLOBS)) if _torch_cuda_major() == "12" else _LIB_GLOBS
     for site in _site_folders():
-        for pattern in _LIB_GLOBS:
+        for pattern in globs:
             hits = sorted(glob.glob(os.path.join(site, pattern)))
             if hits:
                 return hits[0]
