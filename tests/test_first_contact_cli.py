@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 TIMEOUT_S = 300
 TRAIN = """\
 import sys
@@ -83,3 +85,68 @@ def test_run_without_schedule_labels_the_whole_run(tmp_path):
     result = cli("run", "-o", "out", "train.py", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "opscope: table of the whole run"
+
+
+# -- item 5: convert orders a rank's windows by absolute time ---------------------------
+
+def synthetic_window(path: Path, *, rank: int, base_ns: int, ts_us: float, step: int) -> None:
+    """A rank's window as opscope writes it: ``ts`` counts from the file's own base."""
+    import json
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+         "tid": 1, "ts": ts_us, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+         "ts": ts_us + 10.0, "dur": 50.0},
+    ]
+    path.write_text(json.dumps({
+        "baseTimeNanoseconds": base_ns,
+        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"},
+        "traceEvents": events}))
+
+
+def cli_in_process(capsys, *argv: str) -> str:
+    from opscope.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, err
+    return out
+
+
+def test_convert_orders_windows_by_absolute_time_not_raw_ts(tmp_path, capsys):
+    """Step 3's window starts at base 1 s + 900 ms; step 7's at base 2 s + 100 ms: its raw
+    ``ts`` is smaller, yet it is the later window."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("duckdb")
+    folder = tmp_path / "job"
+    folder.mkdir()
+    second = 10 ** 9
+    for rank in (0, 1):
+        synthetic_window(folder / f"t.rank{rank}.step3.pt.trace.json", rank=rank,
+                         base_ns=1_700_000_001 * second, ts_us=900_000.0, step=3)
+        synthetic_window(folder / f"t.rank{rank}.step7.pt.trace.json", rank=rank,
+                         base_ns=1_700_000_002 * second, ts_us=100_000.0, step=7)
+    store = tmp_path / "job.store"
+    cli_in_process(capsys, "convert", str(folder), "-o", str(store))
+    out = cli_in_process(capsys, "query", str(store),
+                         'SELECT DISTINCT rank, "window", name FROM events '
+                         "WHERE name LIKE 'ProfilerStep#%' ORDER BY 1, 2", "--format", "csv")
+    assert [line.split(",")[2] for line in out.splitlines()[1:]] == [
+        "ProfilerStep#3", "ProfilerStep#7"] * 2
+    assert cli_in_process(capsys, "ranks", str(store), "--json") == \
+        cli_in_process(capsys, "ranks", str(folder), "--json")
+
+
+def test_ranks_of_a_folder_lists_windows_in_time_order_not_name_order(tmp_path, capsys):
+    import json
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for step, ts in ((7, 100.0), (11, 900.0)):  # "step11" sorts before "step7" by name
+        synthetic_window(folder / f"t.rank0.step{step}.pt.trace.json", rank=0,
+                         base_ns=1_700_000_000 * 10 ** 9, ts_us=ts, step=step)
+    files = json.loads(cli_in_process(capsys, "ranks", str(folder), "--json"))["ranks"][0]["files"]
+    assert [os.path.basename(f) for f in files] == ["t.rank0.step7.pt.trace.json",
+                                                    "t.rank0.step11.pt.trace.json"]

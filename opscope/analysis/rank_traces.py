@@ -249,7 +249,7 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
     from opscope.analysis.build import load_session
 
     paths = trace_paths(folder_or_paths)
-    by_rank: Dict[int, RankFacts] = {}
+    windows: Dict[int, List[RankFacts]] = {}
     for path in paths:
         session = load_session(path, max_bytes=max_bytes)
         rank = session_rank(session, path)
@@ -259,10 +259,13 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
         if visit is not None:
             visit(rank, path, session)
         del session  # one trace in memory at a time (unless visit keeps it)
-        if rank in by_rank:
-            by_rank[rank].add(facts)
-        else:
-            by_rank[rank] = facts
+        windows.setdefault(rank, []).append(facts)
+    by_rank: Dict[int, RankFacts] = {}
+    for rank, facts_list in windows.items():  # a rank's windows in time order, as in a store
+        facts_list.sort(key=lambda f: (f.start_ns is None, f.start_ns or 0))
+        by_rank[rank] = facts_list[0]
+        for later in facts_list[1:]:
+            by_rank[rank].add(later)
     if not by_rank:
         where = repr(os.fspath(folder_or_paths)) if isinstance(
             folder_or_paths, (str, os.PathLike)) else "the paths given"

@@ -63,17 +63,20 @@ def stream_trace(path: str, max_bytes: Optional[int] = None,
 
 
 def parse_trace(path: str, events: Callable[[List[Any], int], None],
-                restart: Callable[[], None], max_bytes: Optional[int] = None
-                ) -> Dict[str, Any]:
+                restart: Callable[[], None], max_bytes: Optional[int] = None,
+                keys: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Parse the trace file ``path``: its top-level keys, without ``traceEvents``.
 
     ``events(batch, first)`` receives the event list in batches (``first``:
     the place of the batch's first event); ``restart()`` is called when a
     second ``traceEvents`` key starts (the last one counts, as in JSON).
+    ``keys``, when given, is filled with each top-level key as it is parsed
+    (and returned), so a caller that stops the parse from ``events`` still
+    has the keys before the events.
     """
     text = _TextReader(path, iter_trace_chunks(path, max_bytes, CHUNK_BYTES))
     try:
-        return _Document(text, events, restart).parse()
+        return _Document(text, events, restart, keys).parse()
     except RecursionError:
         raise TraceLoadError(path, "not a trace: JSON nested too deeply") from None
     except MemoryError:
@@ -160,8 +163,9 @@ class _Document:
     """The top-level parse: an object of keys, or the bare event list ("array format")."""
 
     def __init__(self, text: _TextReader, events: Callable[[List[Any], int], None],
-                 restart: Callable[[], None]) -> None:
+                 restart: Callable[[], None], keys: Optional[Dict[str, Any]] = None) -> None:
         self.text, self.events, self.restart = text, events, restart
+        self.keys = {} if keys is None else keys
         self.seen_events = False
 
     def parse(self) -> Dict[str, Any]:
@@ -189,7 +193,7 @@ class _Document:
         return doc
 
     def _object(self) -> Dict[str, Any]:
-        text, doc = self.text, {}
+        text, doc = self.text, self.keys
         text.pos += 1
         if text.skip_space() == "}":
             text.pos += 1

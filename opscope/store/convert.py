@@ -39,7 +39,8 @@ import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
-from opscope.model.torch_names import DISTRIBUTED_INFO_KEY
+from opscope.load.trace_events import MAX_EPOCH_NS
+from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY
 from opscope.store.convert_traces import (ConvertResult, PlannedTrace, convert_files,
                                           convert_in_jobs)
 from opscope.store.folder import check_store_folder
@@ -70,9 +71,13 @@ def trace_files(paths: Sequence[str]) -> List[str]:
 
 
 def peek(path: str, max_bytes: Optional[int] = None) -> Tuple[Optional[int], float]:
-    """(rank from the keys before the events, else the file name; earliest ``ts`` seen).
+    """(rank from the keys before the events, else the file name; earliest event's time).
 
     Reads the top-level keys up to ``traceEvents`` and its first batch only.
+    The time is absolute (Unix ns): an opscope trace's ``ts`` counts from its
+    own ``baseTimeNanoseconds`` (plus ``opscopeClockOffsetNs``), so raw ``ts``
+    of two files do not compare. A trace that gives its base only after the
+    events (torch < 2.5: one base per process) is ordered by ``ts``.
     A file that cannot be peeked gets (name's rank, inf): its load says why.
     """
     from opscope.load.trace_stream import parse_trace
@@ -86,16 +91,31 @@ def peek(path: str, max_bytes: Optional[int] = None) -> Tuple[Optional[int], flo
         raise _Peeked
 
     try:
-        seen = parse_trace(path, first_batch, lambda: None, max_bytes)
+        parse_trace(path, first_batch, lambda: None, max_bytes, keys=seen)
     except _Peeked:
         pass
     except (ValueError, OSError):
         return rank_from_name(path), float("inf")
-    info = seen.get(DISTRIBUTED_INFO_KEY) if isinstance(seen, dict) else None
+    info = seen.get(DISTRIBUTED_INFO_KEY)
     rank = info.get("rank") if isinstance(info, dict) else None
     if not (type(rank) is int and rank >= 0):
         rank = rank_from_name(path)
-    return rank, min(starts, default=float("inf"))
+    if not starts:
+        return rank, float("inf")
+    return rank, clock_origin_ns(seen) + int(round(min(starts) * 1000))
+
+
+def clock_origin_ns(keys: Dict[str, object]) -> int:
+    """The Unix ns at a trace's ``ts`` 0: ``baseTimeNanoseconds`` plus ``opscopeClockOffsetNs``.
+
+    >>> clock_origin_ns({"baseTimeNanoseconds": 10 ** 18, "opscopeClockOffsetNs": -5})
+    999999999999999995
+    >>> clock_origin_ns({"baseTimeNanoseconds": "1"})
+    0
+    """
+    base, offset = keys.get("baseTimeNanoseconds"), keys.get(CLOCK_OFFSET_KEY)
+    return ((base if type(base) is int and 0 <= base <= MAX_EPOCH_NS else 0)
+            + (offset if type(offset) is int and abs(offset) <= MAX_EPOCH_NS else 0))
 
 
 def plan(paths: List[str], max_bytes: Optional[int] = None) -> List[PlannedTrace]:
