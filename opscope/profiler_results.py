@@ -174,7 +174,8 @@ class ProfileResults:
         """Append the last finished window to the opscope store at ``path``; its window number.
 
         The store (a folder of Parquet files, see ``opscope.store``) is created
-        when missing; each call adds a window, under the rank of the
+        when missing; each call adds a window (one the store already holds, as
+        after ``store_handler(path)``, is not added again), under the rank of the
         session's ``distributedInfo`` (0 outside a distributed job). Query it
         with ``opscope query`` or ``opscope.store.connect``. Needs pyarrow
         (``pip install 'opscope[store]'``); a path that is not a store raises
@@ -184,5 +185,5 @@ class ProfileResults:
 
         path = check_path("export_store", "path", path)
         session = self.session
-        with StoreWriter(path) as writer:
-            return writer.write_window(session)
+        with StoreWriter(path) as writer:  # once: store_handler may have written it already
+            return writer.write_window(session, once=True)

@@ -174,10 +174,9 @@ def test_export_store_appends_and_store_handler_numbers_windows(tmp_path, native
             model(torch.ones(2, 4)).sum().backward()
             prof.step()
     assert windows(store) == [(0, 0), (0, 1), (0, 2)]
-    assert prof.export_store(str(store)) == 3
+    assert prof.export_store(str(store)) == 2  # the handler stored the last window already
     names = connect(store).sql('SELECT window_name FROM sessions ORDER BY "window"').fetchall()
-    assert names == [("step0",), ("step1",), ("step2",), ("step2",)]
-    assert len(read_window(store, 0, 3).records) == len(read_window(store, 0, 2).records)
+    assert names == [("step0",), ("step1",), ("step2",)]
 
 
 def test_a_rank_from_the_metadata_and_a_window_written_again(tmp_path, native_only):
@@ -244,7 +243,7 @@ def test_a_symlinked_partition_is_not_followed(tmp_path, native_only):
     (tmp_path / "s" / "memory" / "rank=0").rename(tmp_path / "moved")
     os.symlink(tmp_path / "elsewhere", tmp_path / "s" / "memory" / "rank=0")
     with pytest.raises(StoreError, match="symlink"):
-        prof.export_store(str(tmp_path / "s"))
+        train().export_store(str(tmp_path / "s"))  # a new window: prof's is stored already
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 

@@ -135,8 +135,12 @@ class StoreWriter:
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
                      window: Optional[int] = None, window_name: Optional[str] = None,
                      facts: Optional[RankFacts] = None,
-                     clock_offset_ns: Optional[int] = None) -> int:
+                     clock_offset_ns: Optional[int] = None, once: bool = False) -> int:
         """Write one session as window ``window`` of ``rank``; returns the window number.
+
+        ``once``: a session ``rank`` already holds (the same process, start and stop:
+        ``prof.export_store`` after ``store_handler`` wrote it) is not written again;
+        its window number is returned.
 
         ``rank`` defaults to ``distributedInfo.rank`` of the metadata, else 0;
         ``window`` to the next free one; ``window_name`` to the source file's
@@ -147,9 +151,13 @@ class StoreWriter:
         if rank is None:
             rank = session_rank(session, "")
             rank = 0 if rank is None else rank
-        window = self.next_window(rank) if window is None else int(window)
         if clock_offset_ns is None:
             clock_offset_ns = session_clock_offset(session)
+        if once and window is None:
+            held = self.window_holding(session, rank, clock_offset_ns)
+            if held is not None:
+                return held
+        window = self.next_window(rank) if window is None else int(window)
         if facts is None:
             facts = rank_facts(session, session.source_path, rank)
         if window_name is None:
@@ -162,6 +170,16 @@ class StoreWriter:
         pending = [(w, c) for w, c in self._pending.get(rank, []) if w != window]
         self._pending[rank] = pending + [(window, list(facts.calls))]
         return window
+
+    def window_holding(self, session: ProfileSession, rank: int,
+                       clock_offset_ns: int = 0) -> Optional[int]:
+        """The window of ``rank`` that holds ``session`` (same process, start, stop), or None."""
+        shift = session.epoch_offset_ns + clock_offset_ns
+        key = (session.process_id, session.start_ns + shift, session.stop_ns + shift)
+        for row in sessions_of_rank(self.path, rank):
+            if (row.get("process_id"), row.get("start_ns"), row.get("stop_ns")) == key:
+                return int(row["window"])
+        return None
 
     def write_collectives(self, rank: int, facts: RankFacts) -> None:
         """Write ``rank``'s collectives (``facts.calls``, all its windows) now.
