@@ -1,4 +1,5 @@
-"""Waits and lateness of collectives in flight at once count once, as wall time (issue 27, 8).
+"""Waits and lateness of collectives in flight at once count once, as wall time (issue 27, 8);
+the README's store queries (items 8 and 30).
 
 DDP issues its bucket all-reduces back to back, so they run at once: a rank that waits
 for a late peer waits for both together. Two synthetic ranks, rank 1 late by 300 us at two
@@ -53,3 +54,21 @@ def test_straggler_query_counts_overlapping_lateness_once(tmp_path):
     walls = con.sql('SELECT rank, sum(wait_wall_ns), sum(wait_ns), sum(late_wall_ns) '
                     'FROM collective_ranks GROUP BY rank ORDER BY rank').fetchall()
     assert walls == [(0, 310_000, 600_000, 0), (1, 0, 0, 310_000)]
+
+
+def test_top_ops_query_groups_the_step_ranges(tmp_path):
+    """The README's top-ops SQL shows ``ProfilerStep*`` once, as the table does (item 30)."""
+    pytest.importorskip("duckdb")
+    pytest.importorskip("pyarrow")
+    from opscope.store.connect import connect
+    from opscope.store.examples import EXAMPLE_QUERIES
+    from opscope.store.write import StoreWriter
+
+    ops = []
+    for k in range(3):
+        ops += [Op(f"ProfilerStep#{k + 1}", k * 100, k * 100 + 100, scope=SCOPE_USER),
+                Op("aten::mm", k * 100 + 10, k * 100 + 60)]
+    with StoreWriter(tmp_path / "s") as writer:
+        writer.write_window(make_session(ops))
+    rows = connect(tmp_path / "s").sql(EXAMPLE_QUERIES["top ops by self time"]).fetchall()
+    assert sorted(rows) == [("ProfilerStep*", 3, 0.15), ("aten::mm", 3, 0.15)]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 EXAMPLE_QUERIES = {
     "top ops by self time": """\
-SELECT name, count(*) AS calls, sum(self_ns) / 1e6 AS self_ms
+SELECT CASE WHEN name LIKE 'ProfilerStep#%' THEN 'ProfilerStep*' ELSE name END AS op,
+       count(*) AS calls, sum(self_ns) / 1e6 AS self_ms
 FROM events
-GROUP BY name
+GROUP BY op
 ORDER BY self_ms DESC
 LIMIT 20""",
     "per-module time": """\
