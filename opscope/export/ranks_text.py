@@ -24,6 +24,8 @@ from typing import List, Optional, Sequence
 from opscope.analysis.ranks import MatchedCollective, RanksAnalysis
 
 DEFAULT_COLLECTIVE_LIMIT = 20
+UNKNOWN_SIZE_NOTE = ("size ?: the traces hold no input shapes, so the bytes are not known; "
+                     "profile with record_shapes=True (opscope run --record-shapes)")
 
 
 def _columns(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
@@ -63,9 +65,10 @@ def _collective_lines(collectives: List[MatchedCollective], limit: int) -> List[
                      f"{min(a.transfer_ms for a in c.ranks.values()):.3f}"))
     shown = f"top {len(top)} of {len(collectives)} by wait" if len(top) < len(collectives) \
         else f"{len(collectives)}, by wait"
+    unknown = [UNKNOWN_SIZE_NOTE] if any(c.bytes is None for c in top) else []
     return [f"Collectives ({shown}; arrival ms from the job's first event, rank:value)",
             *_columns(("pg", "seq", "kind", "size", "arrival ms", "wait ms", "transfer ms"),
-                      rows)]
+                      rows), *unknown]
 
 
 def format_ranks(analysis: RanksAnalysis, *, limit: int = DEFAULT_COLLECTIVE_LIMIT) -> str:

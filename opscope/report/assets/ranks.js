@@ -93,7 +93,8 @@ function collectiveColumns(c) {
     { key: "seq", title: "Seq", value: r => r.seq, text: r => String(r.seq) },
     { key: "kind", title: "Kind", cls: "name", value: r => r.kind, text: r => r.kind },
     { key: "bytes", title: "Bytes", value: r => r.bytes || 0,
-      text: r => (r.bytes === null ? "" : fmtBytes(r.bytes)) },
+      text: r => (r.bytes === null ? "?" : fmtBytes(r.bytes)),
+      tip: r => (r.bytes === null ? "not known: the traces hold no input shapes (record_shapes=True)" : null) },
     { key: "last_rank", title: "Last in", value: r => r.last_rank, text: r => `rank ${r.last_rank}` },
     { key: "max_wait_ms", title: "Longest wait", value: r => r.max_wait_ms, text: r => ms(r.max_wait_ms) },
     { key: "spread_ms", title: "Arrival spread", value: r => r.spread_ms, text: r => ms(r.spread_ms) },
@@ -148,7 +149,9 @@ function collectiveTable(c) {
   return [el("p", { class: "muted", text: `${c.total} collective(s) matched across ranks by ` +
       `(process group, sequence number); the longest wait first` +
       (c.total > shown ? ` (${shown} shown)` : "") + `. Transfer is the shortest duration ` +
-      `across ranks, wait the rest. Click a header to sort, a row for every rank.` }),
+      `across ranks, wait the rest. Click a header to sort, a row for every rank.` +
+      (c.rows.some(r => r.bytes === null) ? ` Bytes "?": the traces hold no input shapes, so ` +
+        `the sizes are not known; profile with record_shapes=True (opscope run --record-shapes).` : "") }),
     el("div", { class: "tablewrap" }, el("table", { class: "grid", id: "collective-table" },
       el("thead", {}, el("tr", {}, headers)), tbody)), detail];
 }
