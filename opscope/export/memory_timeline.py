@@ -7,7 +7,9 @@ The suffix picks the format, as in torch:
 * ``.raw.json.gz``: ``[time, action, bytes, category]`` rows;
 * ``.html``: one self-contained page, a stacked-area SVG of the categories
   over time. It fetches nothing. Sizes are labelled in GiB/MiB/KiB, which is
-  what they are (torch writes "GB" over GiB values: pytorch #120171).
+  what they are (torch writes "GB" over GiB values: pytorch #120171), one unit
+  per axis, at round ticks (:func:`nice_ticks`). The report's Memory view uses
+  the same colours (``COLORS``) and units.
 
 Example::
 
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from typing import List, Sequence
 
 from opscope.analysis.memory_timeline import categorized_blocks, raw_timeline, timeline
 from opscope.export.atomic import atomic_text_writer
 from opscope.export.output_path import check_output_path
-from opscope.model.memory import CATEGORY_NAMES
+from opscope.model.memory import CATEGORY_MEANINGS, CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 
 # torch's colours per category, in plot order
@@ -54,6 +57,26 @@ def write_memory_timeline(session: ProfileSession, path: str, device: str = "cpu
         json.dump(data, f)
 
 
+def nice_ticks(top: float, count: int = 5) -> List[float]:
+    """Round ticks from 0 up to at least ``top``: steps of 1, 2 or 5 times a power of ten.
+
+    >>> nice_ticks(417.375), nice_ticks(7.3), nice_ticks(0)
+    ([0, 100, 200, 300, 400, 500], [0, 2, 4, 6, 8], [0])
+    """
+    if not top > 0:
+        return [0]
+    raw = top / count
+    mag = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw * (1 - 1e-9))
+    n = math.ceil(top / step - 1e-9)
+    return [_round(k * step) for k in range(n + 1)]
+
+
+def _round(value: float):
+    value = float(f"{value:.12g}")
+    return int(value) if value.is_integer() else value
+
+
 def size_unit(peak: int):
     """The binary unit to label a plot whose largest value is ``peak`` bytes.
 
@@ -73,12 +96,17 @@ def render_html(times: Sequence[int], sizes: Sequence[Sequence[int]], device: st
     peak = max(totals, default=0)
     unit, scale = size_unit(peak)
     t0 = times[0] if times else 0
-    span_ms = max((times[-1] - t0) / 1000.0, 1e-3) if times else 1.0
-    y_max = max(peak / scale, 1e-9)
+    y_ticks = nice_ticks(peak / scale) if peak else [0, 1]
+    y_max = y_ticks[-1]
+    span_us = max(times[-1] - t0, 1) if times else 1
+    t_unit, t_scale = ("s", 1e6) if span_us >= 1e6 else ("ms", 1e3) if span_us >= 1e3 \
+        else ("us", 1.0)
+    x_ticks = nice_ticks(span_us / t_scale)
+    x_max = x_ticks[-1] * t_scale
     plot_w, plot_h = width - left - 20, height - top - bottom
 
     def x(t):
-        return left + (t - t0) / 1000.0 / span_ms * plot_w
+        return left + (t - t0) / x_max * plot_w
 
     def y(v):
         return top + plot_h - v / scale / y_max * plot_h
@@ -104,17 +132,16 @@ def render_html(times: Sequence[int], sizes: Sequence[Sequence[int]], device: st
                           f'<title>{CATEGORY_NAMES[cat]}</title></polygon>')
         below = above
     ticks = []
-    for k in range(6):
-        v = y_max * k / 5
+    for v in y_ticks:
         ticks.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v * scale):.1f}" '
-                     f'y2="{y(v * scale):.1f}" stroke="#ddd"/><text x="{left - 8}" '
-                     f'y="{y(v * scale) + 4:.1f}" text-anchor="end">{v:.2f}</text>')
-        t = span_ms * k / 5
-        ticks.append(f'<text x="{left + plot_w * k / 5:.1f}" y="{top + plot_h + 18}" '
-                     f'text-anchor="middle">{t:.1f}</text>')
+                     f'y2="{y(v * scale):.1f}" stroke="#ddd"/><text class="ytick" '
+                     f'x="{left - 8}" y="{y(v * scale) + 4:.1f}" text-anchor="end">{v}</text>')
+    for v in x_ticks:
+        ticks.append(f'<text class="xtick" x="{x(t0 + v * t_scale):.1f}" '
+                     f'y="{top + plot_h + 18}" text-anchor="middle">{v}</text>')
     legend = "".join(
-        f'<li><span class="swatch" style="background:{COLORS[c]}"></span>{name}</li>'
-        for c, name in enumerate(CATEGORY_NAMES))
+        f'<li><span class="swatch" style="background:{COLORS[c]}"></span>{name}: '
+        f'{html.escape(CATEGORY_MEANINGS[c])}</li>' for c, name in enumerate(CATEGORY_NAMES))
     peak_text = f"{peak / scale:.3f} {unit}" if peak else "0 B"
     title = html.escape(f"Memory timeline ({device})")
     return f"""<!DOCTYPE html>
@@ -122,7 +149,7 @@ def render_html(times: Sequence[int], sizes: Sequence[Sequence[int]], device: st
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
 svg text {{ font-size: 12px; fill: #333; }}
-ul.legend {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 16px; }}
+ul.legend {{ list-style: none; padding: 0; }} ul.legend li {{ margin: 3px 0; }}
 .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 6px; }}
 </style></head><body>
 <h1>{title}</h1>
@@ -132,7 +159,7 @@ ul.legend {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 
 {''.join(layers)}
 <line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>
 <line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>
-<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">Time (ms)</text>
+<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">Time ({t_unit})</text>
 <text transform="translate(16 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">Memory ({unit})</text>
 </svg>
 <ul class="legend">{legend}</ul>

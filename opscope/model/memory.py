@@ -17,6 +17,17 @@ PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DET
     range(8)
 CATEGORY_NAMES = ("PARAMETER", "OPTIMIZER_STATE", "INPUT", "TEMPORARY", "ACTIVATION",
                   "GRADIENT", "AUTOGRAD_DETAIL", "unknown")
+# What each category holds, as the report's Memory view and the README say it.
+CATEGORY_MEANINGS = (
+    "a module parameter",
+    "optimizer state (momentum, Adam moments)",
+    "the model's input (tensor arguments of an outermost module call)",
+    "memory freed before the op that allocated it returned",
+    "a tensor autograd saved for backward (allocated outside backward, freed inside it)",
+    "a parameter's .grad",
+    "other memory allocated during backward (gradients of activations)",
+    "everything else (a loss scalar, tensors made outside any module)",
+)
 # When several sightings name one allocation, the first in this order wins.
 SIGHTING_PRIORITY = (PARAMETER, OPTIMIZER_STATE, GRADIENT, INPUT)
 

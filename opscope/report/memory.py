@@ -4,7 +4,9 @@ The series come from ``opscope.analysis.memory_summary.held_over_time`` over
 ``session.memory`` (recorded live with ``profile_memory``, or rebuilt from a
 loaded trace's ``[memory]`` events); this module decimates them for the page
 (``assets/views.js``, ``VIEWS.memory``). Without memory records the view gets
-None and says "not recorded".
+None and says "not recorded". Each category comes with its colour (the same as
+``export_memory_timeline``'s page: ``export.memory_timeline.COLORS``) and what it
+holds (``model.memory.CATEGORY_MEANINGS``), which the page lists.
 
 Example::
 
@@ -23,7 +25,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from opscope.analysis.memory_summary import held_over_time
-from opscope.model.memory import CATEGORY_NAMES
+from opscope.export.memory_timeline import COLORS
+from opscope.model.memory import CATEGORY_MEANINGS, CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 
 MEMORY_POINTS = 4000
@@ -53,7 +56,8 @@ def memory_timeline(session: ProfileSession) -> Optional[Dict[str, Any]]:
     used = [c for c in range(len(CATEGORY_NAMES)) if held[:, c].any()]
     return {"times_us": np.round(t, 3).tolist(),
             "categories": [CATEGORY_NAMES[c] for c in used],
+            "colors": [COLORS[c] for c in used],
+            "meanings": [CATEGORY_MEANINGS[c] for c in used],
             "series": [held[:, c].astype(np.int64).tolist() for c in used],
             "peak_bytes": peak_bytes, "peak_time_us": round(peak_time, 3),
-            "note": f"{len(session.memory)} allocator records; bytes held per category "
-                    "(see the README's memory categories)."}
+            "note": f"{len(session.memory)} allocator records; bytes held per category."}

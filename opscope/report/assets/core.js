@@ -45,6 +45,27 @@ function fmtBytes(b) {
   for (const [name, size] of units) if (Math.abs(b) >= size) return (b / size).toFixed(2) + " " + name;
   return b + " B";
 }
+// Axes: round ticks from 0 up to at least max (steps of 1, 2 or 5 times a power of ten),
+// all labelled in one unit, the largest the axis reaches (as export_memory_timeline's page).
+function niceTicks(max, count = 5) {
+  if (!(max > 0)) return [0];
+  const raw = max / count, mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw * (1 - 1e-9));
+  const ticks = [];
+  for (let k = 0; k === 0 || ticks[k - 1] < max * (1 - 1e-9); k++) ticks.push(Number((k * step).toPrecision(12)));
+  return ticks;
+}
+const BYTE_UNITS = [["GiB", 1024 ** 3], ["MiB", 1024 ** 2], ["KiB", 1024], ["B", 1]];
+const TIME_UNITS = [["s", 1e6], ["ms", 1e3], ["us", 1]];
+// [[value in base units, label], ...] for an axis up to max (bytes, or us for time)
+function axisTicks(max, units, count = 5) {
+  const [name, size] = units.find(([, s]) => max >= s) || units[units.length - 1];
+  return niceTicks(max / size, count).map(v => [v * size, `${v} ${name}`]);
+}
+function fmtBinary(b) {
+  const [name, size] = BYTE_UNITS.find(([, s]) => Math.abs(b) >= s) || BYTE_UNITS[3];
+  return size === 1 ? `${b} B` : `${(b / size).toFixed(2)} ${name}`;
+}
 function fmtCount(x, unit) {
   const prefixes = ["", "K", "M", "G", "T", "P"];
   let k = 0;

@@ -4,14 +4,15 @@
 function stepChart(ov, width) {
   const steps = ov.steps, cats = ov.categories, height = 240, left = 70, bottom = 34;
   const plotW = width - left - 10, plotH = height - bottom - 10;
-  const maxDur = Math.max(...steps.map(s => s.dur_us), 1e-9);
+  const ticks = axisTicks(Math.max(...steps.map(s => s.dur_us), 1e-3), TIME_UNITS, 4);
+  const maxDur = ticks[ticks.length - 1][0];
   const barW = plotW / steps.length;
   const root = svg("svg", { width, height, id: "step-chart", role: "img" });
-  for (let k = 0; k <= 4; k++) {
-    const y = 10 + plotH - plotH * k / 4;
+  for (const [v, text] of ticks) {
+    const y = 10 + plotH - plotH * v / maxDur;
     root.append(svg("line", { x1: left, x2: width - 10, y1: y, y2: y, stroke: "#e3e6ec" }));
-    const label = svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" });
-    label.textContent = fmtUs(maxDur * k / 4);
+    const label = svg("text", { x: left - 6, y: y + 4, "text-anchor": "end", class: "ytick" });
+    label.textContent = text;
     root.append(label);
   }
   const every = Math.ceil(steps.length / 12);

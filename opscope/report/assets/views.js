@@ -64,14 +64,22 @@ VIEWS.memory = function (section) {
   const times = mem.times_us, n = times.length;
   const t0 = n ? times[0] : 0, t1 = n ? Math.max(times[n - 1], t0 + 1e-9) : 1;
   const totals = times.map((_, k) => mem.series.reduce((a, s) => a + s[k], 0));
-  const top = Math.max(mem.peak_bytes || 0, ...totals, 1);
-  const X = t => left + plotW * (t - t0) / (t1 - t0), Y = b => 10 + plotH - plotH * b / top;
+  const yTicks = axisTicks(Math.max(mem.peak_bytes || 0, ...totals, 1), BYTE_UNITS);
+  const xTicks = axisTicks(t1 - t0, TIME_UNITS);
+  const top = yTicks[yTicks.length - 1][0], span = xTicks[xTicks.length - 1][0];
+  const X = t => left + plotW * (t - t0) / span, Y = b => 10 + plotH - plotH * b / top;
   const root = svg("svg", { width, height, id: "memory-chart" });
-  for (let k = 0; k <= 4; k++) {
-    const yy = Y(top * k / 4);
+  for (const [v, text] of yTicks) {
+    const yy = Y(v);
     root.append(svg("line", { x1: left, x2: width - 10, y1: yy, y2: yy, stroke: "#e3e6ec" }));
-    const label = svg("text", { x: left - 6, y: yy + 4, "text-anchor": "end" });
-    label.textContent = fmtBytes(Math.round(top * k / 4));
+    const label = svg("text", { x: left - 6, y: yy + 4, "text-anchor": "end", class: "ytick" });
+    label.textContent = text;
+    root.append(label);
+  }
+  for (const [v, text] of xTicks) {
+    const label = svg("text", { x: X(t0 + v), y: height - bottom + 18, "text-anchor": "middle",
+                                class: "xtick" });
+    label.textContent = text;
     root.append(label);
   }
   const base = new Array(n).fill(0);
@@ -82,7 +90,7 @@ VIEWS.memory = function (section) {
     for (let k = 0; k < n; k++)
       d += (k ? "L" : "M") + X(times[k]).toFixed(1) + "," + Y(upper[k]).toFixed(1);
     for (let k = n - 1; k >= 0; k--) d += "L" + X(times[k]).toFixed(1) + "," + Y(base[k]).toFixed(1);
-    const path = svg("path", { d: d + "Z", fill: PALETTE[c % PALETTE.length], "fill-opacity": 0.8,
+    const path = svg("path", { d: d + "Z", fill: mem.colors[c], "fill-opacity": 0.85,
                                "data-category": cat });
     path.addEventListener("mousemove", e => showTip(e, cat));
     path.addEventListener("mouseleave", hideTip);
@@ -95,11 +103,14 @@ VIEWS.memory = function (section) {
                               "stroke-dasharray": "4 3" }));
   }
   section.append(el("div", { class: "cards" },
-    el("div", { class: "card", id: "memory-peak" }, el("b", { text: fmtBytes(mem.peak_bytes) }),
+    el("div", { class: "card", id: "memory-peak" }, el("b", { text: fmtBinary(mem.peak_bytes) }),
        el("span", { text: `peak at ${fmtUs(mem.peak_time_us)}` }))),
     el("div", { class: "legend" }, mem.categories.map((c, k) =>
-      el("span", {}, el("i", { style: `background:${PALETTE[k % PALETTE.length]}` }), c))), root);
+      el("span", {}, el("i", { style: `background:${mem.colors[k]}` }), c))), root);
   if (mem.note) section.append(el("p", { class: "muted", text: mem.note }));
+  section.append(el("ul", { id: "memory-categories" }, mem.categories.map((c, k) =>
+    el("li", {}, el("i", { style: `display:inline-block;width:10px;height:10px;margin-right:6px;` +
+      `background:${mem.colors[k]}` }), el("b", { text: c }), `: ${mem.meanings[k]}`))));
 };
 
 VIEWS.recommendations = function (section) {
