@@ -4,7 +4,9 @@ The page has the summary (both traces, total self time before and after, how
 many regressions and improvements) and a table per section (ops, and modules
 when both sides recorded them), rows in order of absolute change of self
 time. Regressions are red, improvements green; a bar shows each row's change
-to scale. Clicking a column header sorts by it. Styles and the few lines of
+to scale. Clicking a column header sorts by it. Headers wrap and each table
+scrolls inside its own box, so the page fits its window (it was 1,872 px wide in
+a 1,400 px window). Styles and the few lines of
 script are inline: nothing is fetched, the file opens offline.
 
 Example::
@@ -33,21 +35,23 @@ from opscope.export.diff_text import (change_mark, count_text, signed_percent, s
 from opscope.export.table import format_time
 
 _STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
+body { font: 13px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
+.wrap { max-width: 100%; overflow-x: auto; }
 h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 24px 0 8px; }
 .summary p { margin: 2px 0; } .summary code { background: #f2f2f4; padding: 0 4px; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { padding: 3px 8px; border-bottom: 1px solid #e4e4e8; text-align: right;
+th, td { padding: 3px 6px; border-bottom: 1px solid #e4e4e8; text-align: right;
          white-space: nowrap; }
-th { background: #f6f6f8; cursor: pointer; user-select: none; position: sticky; top: 0; }
+th { background: #f6f6f8; cursor: pointer; user-select: none; white-space: normal;
+     vertical-align: bottom; min-width: 4em; }
 th.sorted::after { content: " \\25BE"; } th.sorted.asc::after { content: " \\25B4"; }
-td.name, th.name { text-align: left; max-width: 480px; overflow: hidden;
+td.name, th.name { text-align: left; max-width: 320px; overflow: hidden;
                    text-overflow: ellipsis; }
 tr.regression td { background: #fdecec; } tr.regression td.mark { color: #b3261e; }
 tr.improvement td { background: #e9f7ef; } tr.improvement td.mark { color: #1e7b3c; }
 td.mark { text-align: left; font-weight: 600; }
 th:nth-child(2) { text-align: left; }
-.track { width: 160px; } .track div { height: 10px; border-radius: 2px; }
+.track { width: 90px; } .track div { height: 10px; border-radius: 2px; }
 .track .up { background: #d93025; } .track .down { background: #188038; }
 .nochange { font-weight: 600; color: #1e7b3c; }
 """
@@ -117,8 +121,9 @@ def _table(rows: Sequence[DiffRow], table_id: str) -> str:
     head = "".join(f'<th class="name">{h}</th>' if h == "Name" else f"<th>{h}</th>"
                    for h in _HEADERS)
     body = "\n".join(_row(r, scale) for r in rows)
-    return (f'<table class="diff" id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>\n{body}\n</tbody></table>")
+    # the wrapper scrolls a table wider than the window, so the page never is
+    return (f'<div class="wrap"><table class="diff" id="{table_id}"><thead><tr>{head}</tr>'
+            f"</thead><tbody>\n{body}\n</tbody></table></div>")
 
 
 def render_diff_html(diff: SessionDiff, *, names: Tuple[str, str] = ("A", "B"),
