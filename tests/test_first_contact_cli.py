@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -91,8 +93,6 @@ def test_run_without_schedule_labels_the_whole_run(tmp_path):
 
 def synthetic_window(path: Path, *, rank: int, base_ns: int, ts_us: float, step: int) -> None:
     """A rank's window as opscope writes it: ``ts`` counts from the file's own base."""
-    import json
-
     events = [
         {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
          "tid": 1, "ts": ts_us, "dur": 100.0},
@@ -140,8 +140,6 @@ def test_convert_orders_windows_by_absolute_time_not_raw_ts(tmp_path, capsys):
 
 
 def test_ranks_of_a_folder_lists_windows_in_time_order_not_name_order(tmp_path, capsys):
-    import json
-
     folder = tmp_path / "job"
     folder.mkdir()
     for step, ts in ((7, 100.0), (11, 900.0)):  # "step11" sorts before "step7" by name
@@ -150,3 +148,54 @@ def test_ranks_of_a_folder_lists_windows_in_time_order_not_name_order(tmp_path, 
     files = json.loads(cli_in_process(capsys, "ranks", str(folder), "--json"))["ranks"][0]["files"]
     assert [os.path.basename(f) for f in files] == ["t.rank0.step7.pt.trace.json",
                                                     "t.rank0.step11.pt.trace.json"]
+
+
+# -- item 7: merged traces are for viewers; no verb reads one as a rank ----------------
+
+@pytest.fixture
+def rank_folder(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in (0, 1):
+        synthetic_window(folder / f"t.rank{rank}.pt.trace.json", rank=rank,
+                         base_ns=1_700_000_000 * 10 ** 9, ts_us=100.0 * (rank + 1), step=1)
+    return folder
+
+
+def cli_status(capsys, *argv: str):
+    from opscope.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_merge_without_output_writes_beside_the_folder(rank_folder, capsys):
+    status, _, err = cli_status(capsys, "merge", str(rank_folder))
+    assert status == 0, err
+    assert sorted(os.listdir(rank_folder)) == ["t.rank0.pt.trace.json", "t.rank1.pt.trace.json"]
+    assert (rank_folder.parent / "job.merged.pt.trace.json").is_file()
+
+
+def test_every_verb_skips_a_merged_trace_in_a_folder_and_refuses_it_named(
+        rank_folder, tmp_path, capsys):
+    merged = rank_folder / "all.pt.trace.json"  # -o into the folder, and the newest file
+    assert cli_status(capsys, "merge", str(rank_folder), "-o", str(merged))[0] == 0
+    os.utime(merged, (2 ** 31, 2 ** 31))
+    status, out, err = cli_status(capsys, "table", str(rank_folder))
+    assert status == 0 and "aten::mm" in out, err
+    assert "(opscope merge)" not in err
+    status, out, _ = cli_status(capsys, "ranks", str(rank_folder), "--json")
+    assert status == 0 and len(json.loads(out)["ranks"]) == 2
+    if importlib.util.find_spec("pyarrow") is not None:
+        store = tmp_path / "s"
+        status, _, err = cli_status(capsys, "convert", str(rank_folder), "-o", str(store))
+        assert status == 0 and "2 window(s) of 2 rank(s)" in err, err
+    for argv in (["table", str(merged)], ["report", str(merged), "-o", str(tmp_path / "r.html")],
+                 ["diff", str(merged), str(merged)],
+                 ["convert", str(merged), "-o", str(tmp_path / "s2")]):
+        status, _, err = cli_status(capsys, *argv)
+        assert status == 2, (argv, err)
+        assert "merged trace of ranks 0, 1 (opscope merge)" in err, (argv, err)
+        assert len(err.splitlines()) == 1, err

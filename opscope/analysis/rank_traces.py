@@ -33,6 +33,7 @@ import numpy as np
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
 from opscope.analysis.flight_recorder import flight_rows, keyed_calls
 from opscope.analysis.intervals import difference, intersection, total, union
+from opscope.load.merged import merged_problem, merged_ranks
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (C10D_PREFIX, CLOCK_OFFSET_KEY, COLLECTIVE_RANGE_PREFIXES,
@@ -95,6 +96,8 @@ def rank_from_name(path: str) -> Optional[int]:
 def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) -> List[str]:
     """The trace files of a folder (sorted), or the paths given; raises RankTraceError.
 
+    A folder's merged job traces (``opscope merge``) are left out.
+
     >>> trace_paths("/no/such/folder")
     Traceback (most recent call last):
     ...
@@ -103,15 +106,27 @@ def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) 
     if isinstance(folder_or_paths, (str, os.PathLike)):
         folder = os.fspath(folder_or_paths)
         if os.path.isfile(folder):
-            return [folder]
+            return [_not_merged(folder)]
         if not os.path.isdir(folder):
             raise RankTraceError(f"{folder!r}: no such file or folder")
         paths = sorted(os.path.join(folder, name) for name in os.listdir(folder)
                        if name.endswith(TRACE_SUFFIXES) and not name.startswith("."))
         if not paths:
             raise RankTraceError(f"folder {folder!r} has no .json or .json.gz traces")
-        return paths
-    return [os.fspath(p) for p in folder_or_paths]
+        kept = [p for p in paths if merged_ranks(p) is None]  # every verb skips merged ones
+        if not kept:
+            raise RankTraceError(f"folder {folder!r} holds only merged traces (opscope "
+                                 f"merge), which are for trace viewers; give rank traces")
+        return kept
+    return [_not_merged(os.fspath(p)) for p in folder_or_paths]
+
+
+def _not_merged(path: str) -> str:
+    """``path``, unless it is a merged job trace: that is refused, naming it."""
+    ranks = merged_ranks(path)
+    if ranks is not None:
+        raise RankTraceError(f"trace {path!r}: {merged_problem(ranks)}")
+    return path
 
 
 def _json_meta(session: ProfileSession, key: str):

@@ -23,8 +23,9 @@ DESCRIPTION = """\
 Read the per-rank traces in DIR (opscope's or torch.profiler's; a trace's rank
 is distributedInfo.rank, else rank<R> in its file name) and write one Chrome
 trace with one process per rank, on aligned clocks, for chrome://tracing and
-Perfetto. Without -o it is DIR/merged.pt.trace.json (which later merges and
-'opscope ranks' skip: it names no rank)."""
+Perfetto. Without -o it is DIR.merged.pt.trace.json, beside the folder. A
+merged trace is for trace viewers: every verb skips it inside a folder
+(it is marked opscopeMergedRanks) and refuses it when named."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("folder", metavar="DIR", help="folder of per-rank traces")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="the merged trace (.json or .json.gz; default: "
-                             "DIR/merged.pt.trace.json)")
+                             "DIR.merged.pt.trace.json, beside DIR)")
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 

@@ -37,7 +37,7 @@ from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_p
 from opscope.export.atomic import atomic_text_writer
 from opscope.export.output_path import check_output_path
 from opscope.load.trace_file import read_trace_document
-from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY
+from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY, MERGED_RANKS_KEY
 
 __all__ = ["write_merged_trace", "trace_paths"]
 
@@ -113,7 +113,7 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     info = next((f.info for f in files if f.info), {})
     head = {"schemaVersion": 1, "baseTimeNanoseconds": origin,
             "distributedInfo": {k: v for k, v in info.items() if k != "rank"},
-            "opscopeMergedRanks": ranks}
+            MERGED_RANKS_KEY: ranks}
     with atomic_text_writer(output) as out:
         out.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
         first = True
@@ -132,9 +132,15 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
 
 
 def default_output(folder: str) -> str:
-    """``<folder>/merged.pt.trace.json``.
+    """``<folder>.merged.pt.trace.json``: beside the folder, never in it, where the verbs
+    that read the folder's traces would meet it.
 
-    >>> default_output("out")
-    'out/merged.pt.trace.json'
+    >>> default_output("out/"), default_output("runs/job1")
+    ('out.merged.pt.trace.json', 'runs/job1.merged.pt.trace.json')
+    >>> default_output(".") == os.getcwd() + ".merged.pt.trace.json"
+    True
     """
-    return os.path.join(folder, "merged.pt.trace.json")
+    path = os.path.normpath(folder)
+    if os.path.basename(path) in (".", ".."):  # the working folder (or its parent) by name
+        path = os.path.abspath(path)
+    return path + ".merged.pt.trace.json"

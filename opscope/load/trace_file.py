@@ -94,6 +94,8 @@ def resolve_trace_path(path: "str | os.PathLike[str]") -> str:
     In a folder (as ``tensorboard_trace_handler`` writes), the newest file
     matching ``*.pt.trace.json`` or ``*.pt.trace.json.gz`` is chosen, by
     modification time, then by name (the handler puts a nanosecond clock in it).
+    A merged job trace (``opscope.load.merged``) is skipped in a folder and
+    refused when named.
 
     >>> import os, tempfile, time
     >>> folder = tempfile.mkdtemp()
@@ -102,6 +104,8 @@ def resolve_trace_path(path: "str | os.PathLike[str]") -> str:
     >>> os.path.basename(resolve_trace_path(folder))
     'w.2.pt.trace.json.gz'
     """
+    from opscope.load.merged import merged_problem, merged_ranks
+
     text = os.fspath(path)
     if os.path.isdir(text):
         found = [f for pattern in TRACE_PATTERNS for f in glob.glob(os.path.join(text, pattern))]
@@ -110,9 +114,16 @@ def resolve_trace_path(path: "str | os.PathLike[str]") -> str:
             raise TraceLoadError(text, "folder has no *.pt.trace.json or *.pt.trace.json.gz "
                                        "file (expected a trace file, or a folder written by "
                                        "tensorboard_trace_handler)")
-        return max(found, key=lambda f: (os.path.getmtime(f), f))
+        for newest in sorted(found, key=lambda f: (os.path.getmtime(f), f), reverse=True):
+            if merged_ranks(newest) is None:  # a merged job trace is skipped, as by every verb
+                return newest
+        raise TraceLoadError(text, "folder holds only merged traces (opscope merge), which "
+                                   "are for trace viewers; give a rank's trace")
     if not os.path.exists(text):
         raise TraceLoadError(text, "no such file or folder")
+    ranks = merged_ranks(text)
+    if ranks is not None:
+        raise TraceLoadError(text, merged_problem(ranks))
     return text
 
 

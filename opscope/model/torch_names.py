@@ -26,6 +26,9 @@ EVALUATE_FUNCTION_PREFIX = EVALUATE_FUNCTION + ": "
 DISTRIBUTED_INFO_KEY = "distributedInfo"
 # opscope's own metadata key: ns to ADD to this rank's Unix times to get rank 0's clock
 CLOCK_OFFSET_KEY = "opscopeClockOffsetNs"
+# opscope's own metadata key of a merged job trace (opscope merge): the ranks it holds.
+# Written before traceEvents, so a reader finds it in the file's first bytes.
+MERGED_RANKS_KEY = "opscopeMergedRanks"
 # opscope's own metadata key: the flight recorder's collectives of the window, as rows
 # [group name, collective_seq_id, profiling name, time created (Unix ns)]
 FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
