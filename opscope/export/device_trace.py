@@ -77,7 +77,8 @@ def write_device_processes(session, start_us: str, line: Line) -> None:
 
 def _args(kind: int, r, owner: int, dur_ns: int) -> str:
     """The ``args`` object of one device event, with torch's keys."""
-    base = (f'"External id": {owner + 1 if owner >= 0 else 0}, "device": {int(r["device"])}, '
+    base = (f'"External id": {owner + 1}, ' if owner >= 0 else "")  # none: torch writes none
+    base += (f'"device": {int(r["device"])}, '
             f'"context": {int(r["context"])}, "stream": {int(r["stream"])}, '
             f'"correlation": {int(r["correlation"])}')
     if kind == KIND_KERNEL:

@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from opscope.load.trace_device import correlation_column
 from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
                                      is_microseconds, op_columns)
 
@@ -158,6 +159,7 @@ class TraceColumns:
         self.span_seen = False
         self.memory: List[dict] = []
         self.instants: List[dict] = []
+        self.device: List[dict] = []  # kernel, gpu_memcpy, gpu_memset events
         self.positions: Tuple[List[int], List[int]] = ([], [])  # of memory, instants
         self.flows_start: Dict[Any, dict] = {}
         self.flows_end: Dict[Any, dict] = {}
@@ -200,6 +202,7 @@ class TraceColumns:
         self._put("seq", int_column(list(map(methodcaller("get", "Sequence number", -1), args)),
                                     -1))
         self._put("fwd", int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0))
+        self._put("corr", correlation_column(args))
         self._put("sig", self._signatures(args))
         self._put("stack", self._stack_codes(args))
         self._flops(args, len(ops))
@@ -210,6 +213,7 @@ class TraceColumns:
         if not self.span_seen and found.span_seen:
             self.span_seen, self.span = True, found.span
         self.memory += found.memory
+        self.device += found.device
         self.positions[0].extend(place[found.memory_rows].tolist())
         self.instants += found.instants
         self.positions[1].extend(place[found.instant_rows].tolist())

@@ -34,7 +34,8 @@ Their records carry ``FLAG_PYTHON_FUNCTION``, and the rule goes in
 (``records.MEMORY_DTYPE``), which ``build_session`` attributes to ops as it
 does for a live profile; they, the settings, marks and modules are read by
 ``trace_settings``. Records come out sorted by ``(start, -end)``.
-Device-side events (GPU kernels, memcpy) are not read. The scan over the
+Device-side events (kernels, memcpy, memset) become ``raw.device`` records
+(``trace_device``), linked to their launching calls by ``correlation``. The scan over the
 events is in ``trace_scan``; ``trace_columns`` gathers them into columns a batch
 at a time (``trace_stream`` reads a file that way), and ``columns_session``
 here turns the columns into the session.
@@ -65,7 +66,9 @@ from opscope.load.trace_columns import (NO_TEXT, EventPositions, Interned, Trace
 from opscope.load.trace_scan import OP_CATEGORIES, hashable, to_ns
 from opscope.load.trace_settings import (memory_records, trace_marks, trace_modules,
                                          trace_settings)
-from opscope.model.records import (FLAG_ASYNC, FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
+from opscope.load.trace_device import device_records
+from opscope.model.records import (FLAG_ASYNC, FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME,
+                                   FLAG_PYTHON_FUNCTION, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, RawSession)
 from opscope.model.torch_names import COLLECTIVE_RANGE_PREFIXES
 
@@ -147,6 +150,7 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
     names, records, user_rows = _records(cols, ops, start, end, thread_index, tids)
     records["flags"][ops.column("python").astype(bool)] = FLAG_PYTHON_FUNCTION
     records["flags"][_async_rows(names, records, user_rows)] |= FLAG_ASYNC
+    correlation, device, device_names = _device_side(cols, ops, origin_us, records)
     inputs = _encode_inputs(ops, cols, thread_index, len(tids), records)
     stack_ids, stack_table = _stacks(ops, cols)
     flops = ops.column("flops") if "flops" in cols.batches and \
@@ -154,6 +158,7 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
     order = sort_order(start, end)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
+        correlation = None if correlation is None else correlation[order]
         stack_ids = None if stack_ids is None else stack_ids[order]
         flops = None if flops is None else flops[order]
     options, metadata = trace_settings(doc)
@@ -172,7 +177,25 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
                               np.arange(len(cols.modules)), options["with_modules"]),
         thread_names={t: n for t, n in cols.thread_names.items() if isinstance(t, int)},
         options=options, link_backward_stacks=False, source_path=path,
-        python_functions=python_functions)
+        python_functions=python_functions, device=device, device_names=device_names,
+        correlation=correlation)
+
+
+def _device_side(cols: TraceColumns, ops: "_KeptOps", origin_us: int, records: np.ndarray):
+    """The correlation ids of the API call rows (flagged as such), and the device records.
+
+    (None, None, []) for a trace with no device events.
+    """
+    if not cols.device:
+        return None, None, []
+    cat_names, cat_id = ops.interned("cat", cols.cats)
+    for flag, cat in ((FLAG_CUDA_RUNTIME, "cuda_runtime"), (FLAG_CUDA_DRIVER, "cuda_driver")):
+        if cat in cat_names:
+            records["flags"][cat_id == cat_names.index(cat)] |= flag
+    device, names = device_records(cols.device, origin_us)
+    correlation = ops.column("corr").astype(np.uint32) if "corr" in cols.batches \
+        else np.zeros(len(records), np.uint32)
+    return correlation, device, names
 
 
 def _raise_first_bad_time(cols: TraceColumns, keep: Optional[np.ndarray]) -> None:

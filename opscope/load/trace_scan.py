@@ -195,13 +195,14 @@ def intern_values(values: list):
 _GET_PH = methodcaller("get", "ph")
 _GET_CAT = methodcaller("get", "cat")
 # what an X event's category makes it
-_OP, _PYTHON, _SPAN = 1, 2, 3
+_OP, _PYTHON, _SPAN, _DEVICE = 1, 2, 3, 4
 
 
 def _category_kind(cat: Any) -> int:
     if cat in OP_CATEGORIES or (isinstance(cat, str) and cat.lower() in OP_CATEGORIES):
         return _OP
-    return {"python_function": _PYTHON, "Trace": _SPAN}.get(cat, 0) \
+    return {"python_function": _PYTHON, "Trace": _SPAN, "kernel": _DEVICE,
+            "gpu_memcpy": _DEVICE, "gpu_memset": _DEVICE}.get(cat, 0) \
         if isinstance(cat, str) else 0
 
 
@@ -250,6 +251,8 @@ class ScannedEvents:
         self.op_rows = rows  # where each op is in ``events``
         self.ops: List[dict] = [events[i] for i in rows.tolist()]
         self.is_python = kind[rows] == _PYTHON
+        # kernels, copies, memsets (load/trace_device.py reads them)
+        self.device: List[dict] = [events[i] for i in np.flatnonzero(kind == _DEVICE).tolist()]
         spans = np.flatnonzero(kind == _SPAN)
         self.span_seen = bool(len(spans))
         if len(spans) and _valid_span(events[int(spans[0])]):

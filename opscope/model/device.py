@@ -72,7 +72,9 @@ def device_event_names(records: np.ndarray, names: Sequence[str]) -> List[str]:
     for kind, name_id, copy_kind, src, dst in zip(
             records["kind"].tolist(), records["name_id"].tolist(), records["copy_kind"].tolist(),
             records["src_kind"].tolist(), records["dst_kind"].tolist()):
-        if kind == KIND_MEMCPY:
+        if kind in (KIND_MEMCPY, KIND_MEMSET) and 0 <= name_id < len(names):
+            out.append(names[name_id])  # a saved trace's, as written
+        elif kind == KIND_MEMCPY:
             out.append(f"Memcpy {_kind_word(COPY_KINDS, copy_kind)} "
                        f"({_kind_word(MEMORY_KINDS, src)} -> {_kind_word(MEMORY_KINDS, dst)})")
         elif kind == KIND_MEMSET:
