@@ -123,6 +123,10 @@ class profile(ProfileResults):
         self._step_range: Optional[record_function] = None
         self._started = False  # between start() and stop()
         self._owner_pid = os.getpid()  # a forked child never drives its parent's profiler
+        # opscope run's profiler yields to a profiler the script starts: this is called
+        # (one line for the user) when it stands down; see profiler_fork.claim
+        self._yield_note: Optional[Callable[[], None]] = None
+        self.stood_down = False
 
     @property
     def _recording(self) -> bool:
@@ -244,6 +248,27 @@ class profile(ProfileResults):
             window.discard()
         StepTracker.erase_step_count(PROFILER_STEP_NAME)
         release(self)
+
+    def _stand_down(self) -> None:
+        """Another profiler takes over (see ``_yield_note``): drop this recording for good.
+
+        The open step range is closed and the window discarded; ``step()`` and
+        ``stop()`` then do nothing. The note is said once.
+        """
+        if not self._started:
+            return
+        try:
+            self._exit_step_range()
+        finally:
+            self._started = False
+            window, self._window = self._window, None
+            if window is not None:
+                window.discard()
+            StepTracker.erase_step_count(PROFILER_STEP_NAME)
+            self.stood_down = True
+        note, self._yield_note = self._yield_note, None
+        if note is not None:
+            note()
 
     def _detach_after_fork(self) -> None:
         """In a forked child: drop this (the parent's) recording and every hook it set.

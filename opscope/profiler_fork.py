@@ -36,14 +36,26 @@ def active_profiler() -> Optional[Any]:
 
 
 def claim(prof: Any) -> None:
-    """Mark ``prof`` as this process's running profiler; RuntimeError if another runs."""
+    """Mark ``prof`` as this process's running profiler; RuntimeError if another runs.
+
+    A running profiler that yields (``opscope run``'s, around a script that
+    starts its own ``opscope.profile``) stands down instead: its recording is
+    dropped, and ``prof`` runs as the script wrote it.
+    """
     global _active
     with _active_lock:
-        if _active is not None and _active is not prof:
+        running = _active
+        if running is not None and running is not prof and not _yields(running):
             raise RuntimeError(
                 "opscope.profile is not reentrant: another profiler is already running "
                 "in this process; stop it before starting a new one")
         _active = prof
+    if running is not None and running is not prof:
+        running._stand_down()
+
+
+def _yields(prof: Any) -> bool:
+    return getattr(prof, "_yield_note", None) is not None
 
 
 def release(prof: Any) -> None:

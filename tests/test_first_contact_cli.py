@@ -199,3 +199,36 @@ def test_every_verb_skips_a_merged_trace_in_a_folder_and_refuses_it_named(
         assert status == 2, (argv, err)
         assert "merged trace of ranks 0, 1 (opscope merge)" in err, (argv, err)
         assert len(err.splitlines()) == 1, err
+
+
+# -- item 17: a script that profiles itself under opscope run ---------------------------
+
+OWN_PROFILER = """\
+import torch, opscope
+model = torch.nn.Linear(8, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with opscope.profile() as prof:
+    for _ in range(2):
+        model(torch.ones(2, 8)).sum().backward()
+        opt.step()
+print("own table rows:", len(prof.key_averages()))
+"""
+
+
+def test_run_lets_the_scripts_own_profiler_win_with_one_line(tmp_path):
+    write(tmp_path, "own.py", OWN_PROFILER)
+    result = cli("run", "-o", "out", "--schedule", "0,1,1", "own.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("starts its own opscope.profile") == 1, result.stderr
+    rows = int(result.stdout.split("own table rows:")[1].split()[0])
+    assert rows > 0
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_second_profiler_in_a_program_still_raises():
+    import opscope
+
+    with opscope.profile():
+        with pytest.raises(RuntimeError, match="not reentrant"):
+            opscope.profile().start()

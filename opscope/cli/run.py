@@ -39,6 +39,8 @@ from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker,
 from opscope.script import run_script, syntax_error
 from opscope.session_profile import SessionProfile
 
+STOOD_DOWN = ("the script starts its own opscope.profile: opscope run's profiler stops "
+              "here and writes nothing more; the script's profiler records as written")
 SUMMARY = "profile a Python script (each optimizer.step() ends a profiler step)"
 DESCRIPTION = """\
 Run SCRIPT as __main__ under opscope.profile, print the key_averages table of
@@ -135,6 +137,7 @@ def profile_script(args: argparse.Namespace) -> int:
                           outputs=outputs)
     prof = opscope.profile(schedule=make_schedule(args.schedule), on_trace_ready=writer,
                            **profile_kwargs(args))
+    prof._yield_note = lambda: print(f"{who}{STOOD_DOWN}", file=sys.stderr, flush=True)
     warm_up_collector()
     sigterm = SigtermExit()
     sigterm.install()
@@ -151,9 +154,13 @@ def profile_script(args: argparse.Namespace) -> int:
     if sigterm.received:
         print(f"{who}stopped by SIGTERM; what was recorded until then is kept",
               file=sys.stderr)
-    if rank in (None, 0) and not _print_table(writer.shown_window(), args):
-        print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
-    print_summary(writer, who)
+    if prof.stood_down:  # the script profiled itself: its profiler's output is the output
+        if writer.written or writer.errors:
+            print_summary(writer, who)
+    else:
+        if rank in (None, 0) and not _print_table(writer.shown_window(), args):
+            print(who + _nothing_recorded(args, prof.step_num), file=sys.stderr)
+        print_summary(writer, who)
     outcome.report()
     if outcome.exit_code == 0 and (writer.errors or sigterm.received):
         return SIGTERM_EXIT if sigterm.received else 1
