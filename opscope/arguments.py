@@ -142,6 +142,21 @@ def check_name(where: str, name: str, value: Any) -> str:
     return value
 
 
+def recorded_name(where: str, name: str, value: Any) -> str:
+    """``value`` as a range or mark name is recorded: a NUL written as ``\\x00``.
+
+    torch accepts a NUL in these names (its C++ string ends there); opscope
+    keeps the whole name, with the NUL escaped, in every output. A non-str or
+    a lone surrogate is refused as by :func:`check_name` (torch refuses both).
+
+    >>> recorded_name("record_function", "name", "a\\x00b")
+    'a\\\\x00b'
+    """
+    if isinstance(value, str) and "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    return check_name(where, name, value)
+
+
 def check_path(where: str, name: str, value: Any) -> str:
     """A non-empty file path (str or os.PathLike) as a str; folders are not checked here.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-from opscope.arguments import check_callable, check_name
+from opscope.arguments import check_callable, recorded_name
 
 
 # The collector of the running opscope profiler, or None. Only opscope.profile
@@ -40,44 +40,55 @@ def recording_collector() -> Any:
     return _collector
 
 
+def _recorded_text(argument: str, value: Any) -> str:
+    """``value`` as it is recorded (``arguments.recorded_name``: a NUL kept, escaped)."""
+    return recorded_name("record_function", argument, value)
+
+
 def _checked_name(argument: str, value: Any) -> str:
-    """``value`` when it can be recorded exactly; else the error of ``check_name``.
+    """``value`` as recorded (see ``_recorded_text``).
 
     The common case (plain ASCII, no NUL) costs two str methods, so the
     idle path stays cheap; anything else takes the full check.
     """
     if type(value) is str and value.isascii() and "\x00" not in value:
         return value
-    return check_name("record_function", argument, value)
+    return _recorded_text(argument, value)
 
 
 class record_function:
     """A named range in the profile, as ``torch.profiler.record_function``.
 
     ``name`` (and ``args``, kept for compatibility: torch attaches it to the
-    range) must be a str without NUL or lone surrogate, checked at the call
-    whether or not a profiler records: such a name could not be written exactly.
+    range) must be a str without lone surrogate, checked at the call whether
+    or not a profiler records. A NUL is accepted, as torch accepts it; where
+    torch cuts the name there, opscope records it whole with the NUL written
+    as ``\\x00``.
 
-    >>> record_function("a\\x00b")
+    >>> record_function("a\\x00b").name == "a\\x00b"
+    True
+    >>> record_function("\\ud800")
     Traceback (most recent call last):
     ...
-    ValueError: record_function: name must not contain a NUL character, got 'a\\x00b'
+    ValueError: record_function: name must be valid Unicode text (it has a lone surrogate), got '\\ud800'
     """
 
-    __slots__ = ("name", "args", "_handle")
+    __slots__ = ("name", "args", "_recorded", "_handle")
 
     def __init__(self, name: str, args: Optional[str] = None):
         # Inline, one str method for the common case: a printable str has no NUL and no
         # lone surrogate; anything else (tabs, controls, a wrong type) takes the full check.
         if type(name) is not str or not name.isprintable():
-            name = check_name("record_function", "name", name)
+            self._recorded = _recorded_text("name", name)
+        else:
+            self._recorded = name
         self.name = name
         self.args = None if args is None else _checked_name("args", args)
         self._handle = None  # (collector, range handle) while open
 
     def __enter__(self) -> "record_function":
         if _collector is not None:
-            self._handle = (_collector, _collector.range_push(self.name))
+            self._handle = (_collector, _collector.range_push(self._recorded))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

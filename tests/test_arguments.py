@@ -101,8 +101,6 @@ BAD_CALLS = [
     ("schedule step float", lambda: good_schedule()(1.0), TypeError,
      ["schedule: step must be an int"]),
     # record_function
-    ("record_function NUL", lambda: record_function("a\x00b"), ValueError,
-     ["record_function: name must not contain a NUL"]),
     ("record_function surrogate", lambda: record_function("\ud800"), ValueError,
      ["record_function: name must be valid Unicode", "lone surrogate"]),
     ("record_function int name", lambda: record_function(5), TypeError,
@@ -113,22 +111,14 @@ BAD_CALLS = [
      ["record_function: name must be a str"]),
     ("record_function args int", lambda: record_function("x", 5), TypeError,
      ["record_function: args must be a str"]),
-    ("record_function args NUL", lambda: record_function("x", "\x00"), ValueError,
-     ["record_function: args must not contain a NUL"]),
     ("record_function decorates non-callable", lambda: record_function("x")(3), TypeError,
      ["record_function", "must be callable"]),
     # itt
-    ("itt.range_push NUL", lambda: itt.range_push("a\x00"), ValueError,
-     ["opscope.itt.range_push: msg must not contain a NUL"]),
     ("itt.range_push surrogate", lambda: itt.range_push("\udc80"), ValueError,
      ["opscope.itt.range_push: msg", "lone surrogate"]),
-    ("itt.mark NUL", lambda: itt.mark("\x00"), ValueError,
-     ["opscope.itt.mark: msg must not contain a NUL"]),
     ("itt.mark int", lambda: itt.mark(3), TypeError, ["opscope.itt.mark: msg must be a str"]),
     ("itt.range int", lambda: itt.range(3).__enter__(), TypeError,
      ["opscope.itt.range: msg must be a str"]),
-    ("itt.range formatted NUL", lambda: itt.range("x{}", "\x00").__enter__(), ValueError,
-     ["opscope.itt.range: msg must not contain a NUL"]),
     # EventList.table / format_table
     ("table name width -3", lambda: rows().table(max_name_column_width=-3), ValueError,
      ["table: max_name_column_width must be >= 4, got -3"]),
@@ -247,12 +237,11 @@ def test_bad_argument_is_refused_at_the_call_naming_it(label, call, error, words
 
 
 @pytest.mark.parametrize("make", [
-    lambda: record_function("a\x00b"),
     lambda: record_function("\ud800"),
     lambda: record_function("ok", "\udfff"),
-    lambda: itt.range_push("a\x00b"),
+    lambda: itt.range_push("a\udc80b"),
     lambda: itt.mark("\ud800"),
-], ids=["rf-nul", "rf-surrogate", "rf-args", "itt-push", "itt-mark"])
+], ids=["rf-surrogate", "rf-args", "itt-push", "itt-mark"])
 def test_bad_name_is_refused_while_profiling_and_recording_goes_on(make, collector_name):
     """Refused with a profiler running too, before any range opens: the rest is kept."""
     with opscope.profile() as prof:
@@ -264,7 +253,7 @@ def test_bad_name_is_refused_while_profiling_and_recording_goes_on(make, collect
             _ = torch.ones(2) * 3
     assert itt.range_pop() == -1  # no range was left open on this thread
     keys = [row.key for row in prof.key_averages()]
-    # nothing of the refused name was recorded, not even a prefix cut at the NUL
+    # nothing of the refused name was recorded, not even a prefix
     assert {k for k in keys if not k.startswith("aten::")} == {"before", "after"}
 
 

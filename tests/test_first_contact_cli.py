@@ -232,3 +232,30 @@ def test_a_second_profiler_in_a_program_still_raises():
     with opscope.profile():
         with pytest.raises(RuntimeError, match="not reentrant"):
             opscope.profile().start()
+
+
+# -- item 31: a NUL in a range name, accepted as torch accepts it -----------------------
+
+def test_record_function_with_a_nul_records_the_whole_name_escaped(collector_name, tmp_path):
+    import torch
+
+    import opscope
+
+    with opscope.record_function("idle\x00range"):  # no profiler: torch accepts it too
+        pass
+    with opscope.profile() as prof:
+        with opscope.record_function("a\x00b", "x\x00y") as rf:
+            torch.ones(2).add_(1)
+        opscope.itt.range_push("i\x00t")  # torch.profiler.itt accepts a NUL too
+        opscope.itt.mark("m\x00k")
+        opscope.itt.range_pop()
+    assert rf.name == "a\x00b"  # the attribute is the user's, as torch keeps it
+    names = [row.key for row in prof.key_averages()]
+    assert "a\\x00b" in names and "i\\x00t" in names
+    assert [m for _, _, m in prof.session.marks] == ["m\\x00k"]
+    assert "a\\x00b" in prof.key_averages().table()
+    path = tmp_path / "t.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    assert "a\\x00b" in {e.get("name") for e in doc["traceEvents"]}
+    assert "\x00" not in path.read_text(encoding="utf-8")
