@@ -93,3 +93,32 @@ def test_opscope_rewrites_torchs_gpu_trace_with_the_same_links(torch_gpu, tmp_pa
     assert len(flows) == 2 * 348
     reloaded = load_session(str(out))
     assert reloaded.device.owner_row.tolist() == session.device.owner_row.tolist()
+
+
+def test_the_store_keeps_the_device_side(torch_gpu, tmp_path):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("duckdb")
+    from opscope.store.connect import connect
+    from opscope.store.read import load_store_session
+    from opscope.store.write import StoreWriter
+
+    events, session = torch_gpu
+    store = tmp_path / "store"
+    with StoreWriter(store) as writer:
+        writer.write_window(session)
+    again = load_store_session(store)
+    assert again.device.owner_row.tolist() == session.device.owner_row.tolist()
+    assert again.device.names == session.device.names
+    before = {(r.key, str(r.device_type)): (r.count, round(r.self_cuda_time_total, 3))
+              for r in session_key_averages(session)}
+    after = {(r.key, str(r.device_type)): (r.count, round(r.self_cuda_time_total, 3))
+             for r in session_key_averages(again)}
+    assert after == before
+    con = connect(store)
+    top = con.sql("SELECT d.name, e.name AS op, count(*) AS n FROM device d "
+                  "JOIN events e ON e.event_id = d.op_event AND e.rank = d.rank "
+                  "AND e.window = d.window WHERE d.category = 'gpu_memcpy' "
+                  "GROUP BY ALL ORDER BY n DESC").fetchall()
+    copies = collections.Counter(e["name"] for e in events if e.get("cat") == "gpu_memcpy")
+    assert sum(n for _, _, n in top) == sum(copies.values())
+    assert {op for _, op, _ in top} <= {"aten::copy_", "aten::_to_copy", "aten::to"}

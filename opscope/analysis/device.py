@@ -240,6 +240,17 @@ def device_times(table: EventTable, device: DeviceEvents) -> Tuple[np.ndarray, n
     return own, total
 
 
+def session_correlations(session) -> Optional[np.ndarray]:
+    """Per table row, the CUDA correlation id of an API call row (0: none); None: none."""
+    table = session.table
+    raw = table.raw
+    corr = getattr(raw, "correlation", None)
+    if corr is None or len(table) == 0:
+        return None
+    rec = table.record
+    return np.where(rec >= 0, np.asarray(corr, dtype=np.int64)[np.maximum(rec, 0)], 0)
+
+
 def session_device_times(session) -> Tuple[np.ndarray, np.ndarray]:
     """``device_times`` of a session's table, computed once per session."""
     return session.derived("device_times", lambda s: device_times(s.table, s.device))

@@ -40,8 +40,9 @@ from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
 from opscope.export.output_path import check_output_path
 from opscope.export.trace_header import trace_header, trace_window
-from opscope.export.device_trace import (row_categories, session_correlations,
-                                         write_device_events, write_device_processes)
+from opscope.analysis.device import session_correlations
+from opscope.export.device_trace import (row_categories, write_device_events,
+                                         write_device_processes)
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT

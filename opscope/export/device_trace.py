@@ -46,17 +46,6 @@ def row_categories(table) -> List[str]:
     return cats.tolist()
 
 
-def session_correlations(session) -> Optional[np.ndarray]:
-    """Per table row, the CUDA correlation id of an API call row (0: none); None: none."""
-    table = session.table
-    raw = table.raw
-    corr = getattr(raw, "correlation", None)
-    if corr is None or len(table) == 0:
-        return None
-    rec = table.record
-    return np.where(rec >= 0, np.asarray(corr, dtype=np.int64)[np.maximum(rec, 0)], 0)
-
-
 def write_device_processes(session, start_us: str, line: Line) -> None:
     """The ``M`` events naming each device's process and each stream's thread."""
     device = getattr(session, "device", None)

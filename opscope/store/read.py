@@ -184,7 +184,7 @@ def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
 
 def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
     parts = {t: read_part(store, t, rank, window)
-             for t in ("events", "inputs", "stacks", "memory", "sessions")}
+             for t in ("events", "inputs", "stacks", "memory", "device", "sessions")}
     events, session = parts["events"], parts["sessions"]
     if events is None or session is None or not session.num_rows:
         raise StoreError(f"{where}: the events or sessions file is missing")
@@ -216,7 +216,45 @@ def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
     raw.memory_sightings = extras["memory_sightings"]
     raw.source_path = row["source_path"] or ""
     raw.python_functions = row["python_functions"] or "counted"
+    _add_device(raw, parts.get("device"), row_of, shift)
+    if "correlation" in events.column_names and events.column("correlation").null_count < \
+            events.num_rows:  # CUDA API calls' ids (stores from before them have none)
+        correlation = np.zeros(len(raw.records), dtype=np.uint32)
+        correlation[kept] = _ints(events, "correlation")[row_of[kept]]
+        raw.correlation = correlation
     return raw
+
+
+def _add_device(raw: RawSession, device, row_of: np.ndarray, shift: int) -> None:
+    """A device collector's records, and the correlation ids of their launching calls."""
+    from opscope.model.device import CATEGORIES, DEVICE_DTYPE
+
+    if device is None or not device.num_rows:
+        return
+    out = np.zeros(device.num_rows, DEVICE_DTYPE)
+    for field in ("start_ns", "end_ns"):
+        out[field] = _ints(device, field) - shift
+    for field in ("correlation", "bytes", "device", "stream", "registers", "context"):
+        out[field] = _ints(device, field)
+    for field in ("grid", "block"):
+        out[field] = [v if isinstance(v, list) and len(v) == 3 else [0, 0, 0]
+                      for v in device.column(field).to_pylist()]
+    out["shared_static"] = _ints(device, "shared_memory")
+    kind_of = {v: k for k, v in CATEGORIES.items()}
+    cats, cat_names = _strings(device, "category")
+    out["kind"] = [kind_of.get(cat_names[c], 1) if c >= 0 else 1 for c in cats.tolist()]
+    codes, names = _strings(device, "name")
+    out["name_id"] = codes
+    raw.device, raw.device_names = out, names
+    record_of_row = np.full(int(row_of.max()) + 1 if len(row_of) else 0, -1, dtype=np.int64)
+    has = np.flatnonzero(row_of >= 0)
+    record_of_row[row_of[has]] = has
+    correlation = np.zeros(len(raw.records), dtype=np.uint32)
+    launch = _ints(device, "launch_event", -1)
+    ok = (launch >= 0) & (launch < len(record_of_row))
+    records = record_of_row[launch[ok]]
+    correlation[records[records >= 0]] = out["correlation"][ok][records >= 0]
+    raw.correlation = correlation
 
 
 def _add_rows(raw: RawSession, parts: Dict[str, Any], row_of: np.ndarray, kept: np.ndarray,

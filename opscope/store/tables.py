@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from opscope.analysis.ancestry import event_depth
+from opscope.analysis.device import session_correlations
 from opscope.analysis.facts import event_modules, event_steps, step_ranges
 from opscope.model.memory import CATEGORY_NAMES, UNKNOWN
 from opscope.model.session import OPTION_NAMES, ProfileSession
@@ -64,6 +65,12 @@ def _nulls(n: int):
     """``n`` null int64 values (a column that was not recorded)."""
     pa, _ = require_pyarrow()
     return pa.nulls(n, pa.int64())
+
+
+def _masked(values: np.ndarray, present: np.ndarray):
+    """int64 values, null where not ``present``."""
+    pa, _ = require_pyarrow()
+    return pa.array(np.asarray(values, dtype=np.int64), mask=~np.asarray(present, dtype=bool))
 
 
 def _dictionary(codes: np.ndarray, names: List[Optional[str]]):
@@ -131,6 +138,9 @@ def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray
     }
     for name in _MEMORY_USAGE:
         cols[name] = memory[name] if name in memory else _nulls(n)
+    correlation = session_correlations(session)
+    cols["correlation"] = _nulls(n) if correlation is None else \
+        _masked(correlation, correlation > 0)
     return cols
 
 
@@ -181,6 +191,33 @@ def memory_columns(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
     return cols
 
 
+def device_columns(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
+    """The ``device`` columns: kernels, copies and memsets with their launch and op events."""
+    from opscope.model.device import CATEGORIES
+
+    device = session.device
+    if device is None or not len(device):
+        return {name: [] for name, _ in COLUMNS["device"]}
+    rec = device.records
+    kinds = sorted(CATEGORIES)
+    names = list(dict.fromkeys(device.names))
+    code = {n: i for i, n in enumerate(names)}
+    return {
+        "device_event_id": np.arange(len(rec), dtype=np.int64),
+        "category": _dictionary(np.searchsorted(kinds, rec["kind"]).astype(np.int64),
+                                [CATEGORIES[k] for k in kinds]),
+        "name": _dictionary(np.array([code[n] for n in device.names], dtype=np.int64), names),
+        "device": rec["device"], "stream": rec["stream"].astype(np.int64),
+        "start_ns": rec["start_ns"] + shift_ns, "end_ns": rec["end_ns"] + shift_ns,
+        "dur_ns": device.duration_ns, "correlation": rec["correlation"].astype(np.int64),
+        "bytes": rec["bytes"], "launch_event": device.launch_row, "op_event": device.owner_row,
+        "registers": rec["registers"].astype(np.int32),
+        "shared_memory": rec["shared_static"].astype(np.int64) + rec["shared_dynamic"],
+        "context": rec["context"].astype(np.int64), "grid": rec["grid"].tolist(),
+        "block": rec["block"].tolist(),
+    }
+
+
 def session_row(session: ProfileSession, shift_ns: int, *, window_name: str,
                 clock_offset_ns: int, rank_facts: Any) -> Dict[str, Any]:
     """The one ``sessions`` row of a window."""
@@ -212,6 +249,7 @@ def window_tables(session: ProfileSession, shift_ns: int, *, window_name: str,
         "stacks": arrow_table("stacks", {"stack_id": list(range(len(frames))),
                                          "frames": frames}),
         "memory": arrow_table("memory", memory_columns(session, shift_ns)),
+        "device": arrow_table("device", device_columns(session, shift_ns)),
         "sessions": arrow_table("sessions", session_row(
             session, shift_ns, window_name=window_name, clock_offset_ns=clock_offset_ns,
             rank_facts=rank_facts)),

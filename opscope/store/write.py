@@ -21,7 +21,7 @@ Example::
     ...     writer.write_window(build_session(RawSession.empty()))
     0
     >>> sorted(os.listdir(path))[:3]
-    ['collectives', 'events', 'inputs']
+    ['collectives', 'device', 'events']
     >>> StoreWriter(path).next_window(0)
     1
 """
@@ -44,7 +44,7 @@ from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.store.folder import check_store_folder, partition_values
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
-                                  arrow_schema, part_path, require_pyarrow)
+                                  arrow_schema, parquet_options, part_path, require_pyarrow)
 from opscope.store.tables import arrow_table, window_tables
 
 
@@ -66,7 +66,8 @@ def _make_dirs(store: str, folder: str) -> None:
 
 @contextmanager
 def parquet_part(store: str, table: str, path: str) -> Iterator[Any]:
-    """A ``pyarrow.parquet.ParquetWriter`` (``table``'s schema, zstd) onto ``path`` inside
+    """A ``pyarrow.parquet.ParquetWriter`` (``table``'s schema and encodings:
+    ``schema.parquet_options``) onto ``path`` inside
     ``store``: written under a temp name in the same folder and renamed onto ``path`` when
     the block ends without error (removed when it raises). Write it batch by batch
     (``write_table``/``write_batch``) to keep memory flat."""
@@ -78,7 +79,7 @@ def parquet_part(store: str, table: str, path: str) -> Iterator[Any]:
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            with pq.ParquetWriter(f, arrow_schema(table), compression="zstd") as writer:
+            with pq.ParquetWriter(f, arrow_schema(table), **parquet_options(table)) as writer:
                 yield writer
         os.replace(tmp, path)
     except BaseException:
