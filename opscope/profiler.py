@@ -45,6 +45,18 @@ from opscope.schedule import (OUTPUT_STEPS, TRANSITIONS, WARN_PREFIX, ProfilerAc
 from opscope.step_tracker import StepTracker
 
 PROFILER_STEP_NAME = PROFILER_STEP
+# torch.profiler's words, said once per process when a new cycle begins without acc_events
+NEW_CYCLE_WARNING = ("Warning: Profiler clears events at the end of each cycle. Only events "
+                     "from the current cycle will be reported. To keep events across cycles, "
+                     "set acc_events=True.")
+_warned: set = set()
+
+
+def warn_once(message: str) -> None:
+    """``warnings.warn(message)`` the first time in this process, as torch's ``_warn_once``."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, UserWarning, stacklevel=5)  # the step() or start() call
 
 
 def __getattr__(name: str) -> Any:
@@ -62,6 +74,10 @@ class profile(ProfileResults):
     by calling ``on_trace_ready(prof)``. ``activities`` may hold torch 2.15's
     ``{ProfilerActivity.CUDA: ProfilerActivityConfig(...)}`` dicts on any torch;
     configs opscope does not apply are kept in the trace metadata.
+    ``acc_events=True`` keeps every finished cycle in ``key_averages()`` and
+    ``events()`` (the exports write the last window); without it, the start
+    of a new cycle warns once that only the current cycle is reported, as
+    torch does.
 
     >>> import opscope
     >>> sched = opscope.schedule(wait=1, warmup=1, active=1)
@@ -88,7 +104,8 @@ class profile(ProfileResults):
                  record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, with_flops: bool = False,
                  with_modules: bool = False, experimental_config: Any = None,
-                 execution_trace_observer: Any = None, use_cuda: Optional[bool] = None):
+                 execution_trace_observer: Any = None, acc_events: bool = False,
+                 use_cuda: Optional[bool] = None):
         # torch 2.15's dict items ({activity: ProfilerActivityConfig}) give the configs
         self.activities, self.activity_configs = resolve_activity_configs(activities, use_cuda)
         self._configs_metadata = unapplied_configs_metadata("profile", self.activity_configs)
@@ -99,6 +116,7 @@ class profile(ProfileResults):
         self.with_stack = check_bool("profile", "with_stack", with_stack)
         self.with_flops = check_bool("profile", "with_flops", with_flops)
         self.with_modules = check_bool("profile", "with_modules", with_modules)
+        self.acc_events = check_bool("profile", "acc_events", acc_events)
         from torch._C._profiler import _ExperimentalConfig
 
         from opscope.execution_trace import ExecutionTraceObserver
@@ -127,6 +145,8 @@ class profile(ProfileResults):
         # (one line for the user) when it stands down; see profiler_fork.claim
         self._yield_note: Optional[Callable[[], None]] = None
         self.stood_down = False
+        self._earlier_sessions = []  # acc_events: the finished windows before _session
+        self._warn_new_cycle = True  # torch's hint that a new cycle drops the last one
 
     @property
     def _recording(self) -> bool:
@@ -288,6 +308,8 @@ class profile(ProfileResults):
 
     # -- trace steps ------------------------------------------------------------------
     def _prepare_trace(self) -> None:
+        if self._session is not None and not self.acc_events and self._warn_new_cycle:
+            warn_once(NEW_CYCLE_WARNING)
         if self._collector is None:
             from opscope.collect import choose_collector
 
@@ -341,6 +363,8 @@ class profile(ProfileResults):
         complete_distributed_info(window.metadata, final=True)
         raw = window.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}
+        if self.acc_events and self._session is not None:
+            self._earlier_sessions.append(self._session)
         self._session = build_session(raw, options=options)
         self._events = None
 

@@ -19,9 +19,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 
-from opscope.analysis.aggregate import session_key_averages, total_average
+from opscope.analysis.aggregate import event_key_averages, session_key_averages, total_average
 from opscope.analysis.function_events import function_events
 from opscope.arguments import check_bool, check_int, check_path
 from opscope.event_list import EventList, ModuleList
@@ -36,6 +36,7 @@ class ProfileResults:
     """
 
     _session: Optional[ProfileSession]
+    _earlier_sessions: Sequence[ProfileSession] = ()  # acc_events: windows before _session
     _events: Optional[EventList]
     _recording: bool
     profile_memory: bool
@@ -55,10 +56,14 @@ class ProfileResults:
     def events(self) -> EventList:
         """Every recorded event as a FunctionEvent, sorted by start time."""
         if self._events is None:
-            self._events = EventList(function_events(self.session),
-                                     profile_memory=self.profile_memory,
+            events = [e for s in self._sessions() for e in function_events(s)]
+            self._events = EventList(events, profile_memory=self.profile_memory,
                                      with_flops=self.with_flops)
         return self._events
+
+    def _sessions(self) -> List[ProfileSession]:
+        """The sessions the results read: the last window's, after any earlier ones kept."""
+        return list(self._earlier_sessions) + [self.session]
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
                      group_by_overload_name: bool = False,
@@ -81,10 +86,14 @@ class ProfileResults:
             raise ValueError(f"{where}: group_by must be None or 'module', got {group_by!r}")
         if group_by is not None:
             return self._module_averages(group_by)
-        rows = session_key_averages(self.session, group_by_input_shape=group_by_input_shape,
-                                    group_by_stack_n=group_by_stack_n,
-                                    group_by_overload_name=group_by_overload_name,
-                                    include_python_functions=include_python_functions)
+        grouping = dict(group_by_input_shape=group_by_input_shape,
+                        group_by_stack_n=group_by_stack_n,
+                        group_by_overload_name=group_by_overload_name)
+        sessions = self._sessions()
+        rows = [row for s in sessions for row in session_key_averages(
+            s, include_python_functions=include_python_functions, **grouping)]
+        if len(sessions) > 1:  # acc_events: each cycle's rows, added up per key
+            rows = event_key_averages(rows, include_python_functions=True, **grouping)
         return EventList(rows, profile_memory=self.profile_memory, with_flops=self.with_flops,
                          with_overload_name=group_by_overload_name)
 

@@ -259,3 +259,45 @@ def test_record_function_with_a_nul_records_the_whole_name_escaped(collector_nam
     doc = json.loads(path.read_text())
     assert "a\\x00b" in {e.get("name") for e in doc["traceEvents"]}
     assert "\x00" not in path.read_text(encoding="utf-8")
+
+
+# -- item 11: a new cycle drops the last one's events, as torch says; acc_events keeps them
+
+def _cycles(prof, model, steps: int) -> None:
+    import torch
+
+    for _ in range(steps):
+        model(torch.ones(2, 4))
+        prof.step()
+
+
+def test_a_new_cycle_warns_as_torch_does_and_acc_events_keeps_every_cycle(monkeypatch):
+    import warnings
+
+    import torch
+
+    import opscope
+    import opscope.profiler
+
+    monkeypatch.setattr(opscope.profiler, "_warned", set())
+    model = torch.nn.Linear(4, 2)
+    sched = opscope.schedule(wait=0, warmup=1, active=2, repeat=2)  # steps 1-2 and 4-5
+    with pytest.warns(UserWarning, match="set acc_events=True") as caught:
+        with opscope.profile(schedule=sched) as prof:
+            _cycles(prof, model, 7)
+    assert sum("acc_events" in str(w.message) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with opscope.profile(schedule=sched, acc_events=True) as acc:
+            _cycles(acc, model, 7)
+    counts = {row.key: row.count for row in acc.key_averages()}
+    assert counts["aten::linear"] == 4 and counts["ProfilerStep*"] == 4
+    assert sum(e.name == "aten::linear" for e in acc.events()) == 4
+    assert {row.key: row.count for row in prof.key_averages()}["aten::linear"] == 2
+
+
+def test_run_with_a_schedule_does_not_print_the_cycle_warning(tmp_path):
+    write(tmp_path, "train.py", TRAIN)
+    result = cli("run", "-o", "out", "--schedule", "0,1,1", "train.py", "6", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "acc_events" not in result.stderr

@@ -138,6 +138,7 @@ def profile_script(args: argparse.Namespace) -> int:
     prof = opscope.profile(schedule=make_schedule(args.schedule), on_trace_ready=writer,
                            **profile_kwargs(args))
     prof._yield_note = lambda: print(f"{who}{STOOD_DOWN}", file=sys.stderr, flush=True)
+    prof._warn_new_cycle = False  # each window is written and kept here: nothing is lost
     warm_up_collector()
     sigterm = SigtermExit()
     sigterm.install()
