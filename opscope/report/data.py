@@ -11,8 +11,8 @@ Example::
     >>> from opscope.model.session import ProfileSession
     >>> data = report_data(ProfileSession(EventTable.from_raw(RawSession.empty())))
     >>> sorted(data)  # doctest: +NORMALIZE_WHITESPACE
-    ['flame', 'memory', 'meta', 'modules', 'operators', 'overview', 'recommendations',
-     'timeline']
+    ['flame', 'kernels', 'memory', 'meta', 'modules', 'operators', 'overview',
+     'recommendations', 'timeline']
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 
 from opscope.model.session import ProfileSession
 from opscope.report.flame import flame_tree
+from opscope.report.kernels import kernel_view
 from opscope.report.memory import memory_timeline
 from opscope.report.modules import module_view
 from opscope.report.operators import operator_rows
@@ -37,7 +38,7 @@ TOP_N = 10
 
 def report_data(session: ProfileSession, *, title: Optional[str] = None,
                 timeline_cap: int = TIMELINE_CAP) -> Dict[str, Any]:
-    """The page's data: meta, overview, operators, modules, flame, timeline, memory, advice."""
+    """The page's data: meta, overview, operators, modules, flame, timeline, GPU, memory, advice."""
     overview = step_overview(session)
     operators = operator_rows(session)
     modules = module_view(session)
@@ -59,6 +60,7 @@ def report_data(session: ProfileSession, *, title: Optional[str] = None,
         "flame": flame_tree(session),
         "timeline": timeline_lanes(session, timeline_cap),
         "memory": memory_timeline(session),
+        "kernels": kernel_view(session),
         "recommendations": advice,
     }
 
