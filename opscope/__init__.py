@@ -10,7 +10,13 @@ Replace ``torch.profiler`` with ``opscope`` and the same code runs:
 >>> table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
 >>> "aten::addmm" in table
 True
->>> prof.export_chrome_trace(os.path.join(tempfile.mkdtemp(), "trace.json"))
+>>> path = os.path.join(tempfile.mkdtemp(), "trace.json")
+>>> prof.export_chrome_trace(path)
+
+A saved trace (or a store's window) reads back with the same results API:
+
+>>> "aten::addmm" in opscope.load(path).table(row_limit=10)
+True
 """
 
 from __future__ import annotations
@@ -27,6 +33,22 @@ from opscope.step_tracker import track_optimizer_steps
 
 from opscope.execution_trace import ExecutionTraceObserver
 from opscope.version import __version__
+from opscope.session_profile import SessionProfile
+import opscope.load as _load_package
+from opscope.session_profile import load as _load
+
+
+class _CallableLoadPackage(type(_load_package)):
+    """``opscope.load`` is the loader package and, called, ``session_profile.load``."""
+
+    def __call__(self, path_or_store, rank=None, window=None, **options):
+        return _load(path_or_store, rank, window, **options)
+
+
+# opscope.load(path_or_store, rank=None, window=None): a saved profile with a live one's
+# results API; opscope.load.read_trace and its other names stay importable as they were.
+_load_package.__class__ = _CallableLoadPackage
+_CallableLoadPackage.__call__.__doc__ = _load.__doc__
 
 
 __all__ = [
@@ -45,6 +67,8 @@ __all__ = [
     "DeviceType",
     "record_function",
     "ExecutionTraceObserver",
+    "SessionProfile",
+    "load",
     "enable_on_demand",
     "disable_on_demand",
 ]

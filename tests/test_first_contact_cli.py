@@ -301,3 +301,54 @@ def test_run_with_a_schedule_does_not_print_the_cycle_warning(tmp_path):
     result = cli("run", "-o", "out", "--schedule", "0,1,1", "train.py", "6", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "acc_events" not in result.stderr
+
+
+# -- item 12: opscope.load, a saved trace or store window with a live profile's API -------
+
+def test_opscope_load_gives_a_saved_trace_the_live_results_api(tmp_path):
+    import torch
+
+    import opscope
+
+    model = torch.nn.Linear(4, 2)
+    with opscope.profile(record_shapes=True) as prof:
+        model(torch.ones(3, 4)).sum().backward()
+    path = tmp_path / "t.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    loaded = opscope.load(str(path))
+    live = {(r.key, r.count) for r in prof.key_averages()}
+    assert {(r.key, r.count) for r in loaded.key_averages()} == live
+    assert "aten::addmm" in loaded.table(sort_by="count", row_limit=-1)
+    assert len(loaded.events()) == len(prof.events())
+    assert loaded.key_averages(group_by_input_shape=True)
+    again = tmp_path / "again.pt.trace.json"
+    loaded.export_chrome_trace(str(again))
+    assert {(r.key, r.count) for r in opscope.load(str(again)).key_averages()} == live
+    assert opscope.load(str(tmp_path)).label.startswith("trace ")  # a folder: its newest
+    from opscope.load import read_trace  # the package is still the package
+
+    assert opscope.load.read_trace is read_trace
+    with pytest.raises(ValueError, match="choose a store's windows"):
+        opscope.load(str(path), rank=1)
+
+
+def test_opscope_load_reads_a_store_window(tmp_path):
+    pytest.importorskip("pyarrow")
+    import torch
+
+    import opscope
+    from opscope.store import StoreError
+
+    store = str(tmp_path / "s")
+    for n in (1, 2):
+        with opscope.profile() as prof:
+            for _ in range(n):
+                torch.ones(2).add_(1)
+        prof.export_store(store)
+    newest = opscope.load(store)
+    assert newest.label == f"store {store!r}, rank 0, window 1"
+    assert {r.key: r.count for r in newest.key_averages()}["aten::add_"] == 2
+    first = opscope.load(store, rank=0, window=0)
+    assert {r.key: r.count for r in first.key_averages()}["aten::add_"] == 1
+    with pytest.raises(StoreError, match="has no window 5 of rank 0"):
+        opscope.load(store, window=5)
