@@ -103,19 +103,7 @@ DELTA_COLUMNS: Dict[str, Tuple[str, ...]] = {
     "inputs": ("input_id",),
     "stacks": ("stack_id",),
     "memory": ("time_ns", "event_id"),
-    "collectives": ("seq", "arrival_ns", "end_ns"),
-}
-ZSTD_LEVEL = 3
-# Columns that grow with the row (ids, times in order) are written DELTA_BINARY_PACKED:
-# the differences take a few bits where a dictionary took ~2 bytes a row and zstd could
-# not shrink it. The rest are dictionary-encoded; every file is zstd at ZSTD_LEVEL (3:
-# level 6 or more saves under 2% more for twice the CPU). A 150k-event CNN trace's
-# store went from 1/16.7 of its JSON to 1/31.
-DELTA_COLUMNS: Dict[str, Tuple[str, ...]] = {
-    "events": ("event_id", "record", "start_ns", "end_ns", "parent"),
-    "inputs": ("input_id",),
-    "stacks": ("stack_id",),
-    "memory": ("time_ns", "event_id"),
+    "device": ("device_event_id", "start_ns", "end_ns"),
     "collectives": ("seq", "arrival_ns", "end_ns"),
 }
 ZSTD_LEVEL = 3
@@ -168,19 +156,6 @@ def arrow_schema(table: str):
              "string": pa.string(), "dict": pa.dictionary(pa.int32(), pa.string()),
              "list<int64>": pa.list_(pa.int64()), "list<string>": pa.list_(pa.string())}
     return pa.schema([(name, types[kind]) for name, kind in COLUMNS[table]])
-
-
-def parquet_options(table: str) -> Dict[str, object]:
-    """``pyarrow.parquet.ParquetWriter`` keywords for ``table``: zstd, delta and dictionary
-    encodings by column (``DELTA_COLUMNS``).
-
-    >>> parquet_options("stacks")["column_encoding"]
-    {'stack_id': 'DELTA_BINARY_PACKED'}
-    """
-    delta = DELTA_COLUMNS.get(table, ())
-    return {"compression": "zstd", "compression_level": ZSTD_LEVEL,
-            "use_dictionary": [name for name, _ in COLUMNS[table] if name not in delta],
-            "column_encoding": {name: "DELTA_BINARY_PACKED" for name in delta}}
 
 
 def parquet_options(table: str) -> Dict[str, object]:
