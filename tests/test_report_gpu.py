@@ -59,3 +59,18 @@ def test_a_cpu_profile_says_the_gpu_was_not_recorded(browser, artifacts, tmp_pat
     page.show("kernels")
     assert "GPU: not recorded" in page.js("document.getElementById('view-kernels').textContent")
     page.check_clean()
+
+
+def test_the_timeline_has_the_gpu_streams_under_the_threads(browser, artifacts, tmp_path):  # noqa: F811
+    session = load_session(str(TRACE))
+    lanes = report_data(session)["timeline"]["lanes"]
+    assert [lane["thread"] for lane in lanes if lane.get("device")] == ["GPU 0 stream 7"]
+    assert not lanes[0].get("device") and lanes[-1].get("device")  # threads first
+    assert lanes[-1]["events"] == len(session.device)
+    path = tmp_path / "gpu-timeline.html"
+    write_report(session, path)
+    page = ReportPage(browser, path, artifacts, "gpu-timeline")
+    page.show("timeline")
+    labels = page.js("decodeLanes(opscopeReport.data.timeline).map(laneLabel)")
+    assert labels[-1] == "GPU 0 stream 7"
+    page.check_clean()

@@ -64,7 +64,8 @@ def kept_events(duration_ns: np.ndarray, cap: int) -> np.ndarray:
 
 
 def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str, Any]:
-    """Lanes (one per thread), the names they use, and how many events were kept."""
+    """Lanes (one per thread, then one per GPU stream), the names they use, and how many
+    events were kept."""
     table = session.table
     n = len(table)
     keep = kept_events(table.duration_ns, cap)
@@ -89,11 +90,41 @@ def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str
             "depth": depth[rows].tolist(), "name": name_index.reshape(-1)[rows].tolist(),
         })
     lanes.sort(key=lambda lane: -lane["events"])
+    names = [table.symbols[int(k)] for k in used.tolist()]
+    lanes += device_lanes(session, names, cap)
     window_ns = int(session.stop_ns - session.start_ns) if session.stop_ns else 0
     if n:
         window_ns = max(window_ns, int(table.end_ns.max() - table.base_ns))
-    return {"names": [table.symbols[int(k)] for k in used.tolist()], "lanes": lanes,
+    return {"names": names, "lanes": lanes,
             "total": n, "shown": int(len(keep)),
             "min_dur_ns": int(dur.min()) if len(keep) < n and len(keep) else 0,
             "cap": cap,
             "window_ns": window_ns}
+
+
+def device_lanes(session: ProfileSession, names: list, cap: int) -> list:
+    """One lane per device stream, under the threads: its kernels, copies and memsets.
+
+    Their names are appended to ``names``; ``device`` labels the lane ("GPU 0").
+    """
+    device = session.device
+    if device is None or len(device) == 0:
+        return []
+    rec = device.records
+    keep = kept_events(device.duration_ns, cap)
+    index = {}
+    code = np.array([index.setdefault(device.names[i], len(names) + len(index))
+                     for i in keep.tolist()], dtype=np.int64)
+    names.extend(index)
+    lanes = []
+    dev, stream = rec["device"][keep], rec["stream"][keep]
+    start = rec["start_ns"][keep] - session.table.base_ns
+    dur = device.duration_ns[keep]
+    for d, s in sorted(set(zip(dev.tolist(), stream.tolist()))):
+        rows = np.flatnonzero((dev == d) & (stream == s))
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        lanes.append({"tid": int(s), "thread": f"GPU {d} stream {s}", "device": f"GPU {d}",
+                      "events": int(len(rows)), "start": np.diff(start[rows], prepend=0).tolist(),
+                      "dur": dur[rows].tolist(), "self": dur[rows].tolist(),
+                      "depth": [0] * len(rows), "name": code[rows].tolist()})
+    return lanes

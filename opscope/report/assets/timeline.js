@@ -4,6 +4,7 @@
 
 // A lane's title: the Python thread's name (MainThread) with its id, else the id.
 function laneLabel(lane) {
+  if (lane.device) return lane.thread;   // a GPU stream's lane: "GPU 0 stream 7"
   return lane.thread ? `${lane.thread} (thread ${lane.tid})` : `thread ${lane.tid}`;
 }
 const TL_ROW = 16, TL_HEAD = 20, TL_AXIS = 22;
@@ -33,7 +34,8 @@ function decodeLanes(tl) {
     for (let i = 0; i < n; i++) { t += lane.start[i]; start[i] = t; }
     const byDepth = [];
     for (let i = 0; i < n; i++) (byDepth[lane.depth[i]] = byDepth[lane.depth[i]] || []).push(i);
-    return { tid: lane.tid, thread: lane.thread, events: lane.events, start, dur: lane.dur, self: lane.self,
+    return { tid: lane.tid, thread: lane.thread, device: lane.device, events: lane.events, start,
+             dur: lane.dur, self: lane.self,
              depth: lane.depth, name: lane.name, byDepth, rows: Math.max(1, byDepth.length) };
   });
 }
