@@ -53,7 +53,8 @@ def test_opscope_run_stacks_end_at_the_script(tmp_path, collector):
 
 def test_flame_draws_ranges_first_and_never_under_their_opener():
     session = make_session([
-        Op("ProfilerStep#1", 0, 100, scope=SCOPE_USER, stack=["opt.py(2): step", "t.py(9): <module>"]),
+        Op("ProfilerStep#1", 0, 100, scope=SCOPE_USER,
+           stack=["opt.py(2): step", "t.py(9): <module>"]),
         Op("train_step", 1, 90, scope=SCOPE_USER, stack=["t.py(5): train", "t.py(9): <module>"]),
         Op("aten::mm", 10, 30, stack=["m.py(3): forward", "t.py(6): train", "t.py(9): <module>"]),
     ])

@@ -3,9 +3,10 @@
 The rows are exactly ``opscope.analysis.aggregate.key_averages`` over the
 session (same keys, same order, same counts), so the page shows what
 ``prof.key_averages().table()`` prints; ``communication`` marks a collective
-(``c10d::allreduce_``, or a backend range such as ``gloo:all_reduce``). Per row, the details hold the most
-frequent input shapes (with ``record_shapes``), the ranges and ops it was
-called from, and its Python call sites (with ``with_stack``), each capped.
+(``c10d::allreduce_``, or a backend range such as ``gloo:all_reduce``). Per row,
+the details hold the most frequent input shapes (with ``record_shapes``), the
+ranges and ops it was called from, and its Python call sites (with
+``with_stack``), each capped.
 A call site is ``[frames, calls, self us, frames with torch's]``: the frames
 innermost first without torch's plumbing (``opscope.analysis.frames``), so the
 user's own lines come first and fit the cap, grouped by those; the last item is
