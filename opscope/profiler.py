@@ -331,21 +331,14 @@ class profile(ProfileResults):
                            profile_memory=self.profile_memory, with_stack=self.with_stack,
                            with_flops=self.with_flops, with_modules=self.with_modules,
                            metadata=self._metadata, wire=set_recording_collector,
-                           take_marks=take_marks, probes=self._probes())
+                           take_marks=take_marks,
+                           device=ProfilerActivity.CUDA in self.activities)
         try:
             window.start()
         except BaseException:
             window.discard()
             raise
         self._window = window
-
-    def _probes(self) -> list:
-        """The sources ``activities`` asks for beside the CPU ops: CUDA's device collector."""
-        if ProfilerActivity.CUDA not in self.activities:
-            return []
-        from opscope.collect.cupti import CuptiProbe
-
-        return [CuptiProbe()]
 
     def _stop_trace(self) -> None:
         """Stop the collector and build the session FIRST; then stop the execution

@@ -269,6 +269,10 @@ class CuptiProbe:
         self._pairs.append(tuple(ext.clock_pair()))
         return taken_fields(ext, self._pairs, self._threads)
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: CUPTI's recording is the parent's; drop it untouched."""
+        self._ext = None
+
     def discard(self) -> None:
         """Stop without keeping anything; never raises."""
         ext, self._ext = self._ext, None

@@ -1,12 +1,14 @@
-"""One recording window: a collector and the optional hooks that go with it.
+"""One recording window: a collector and the probes that go with it.
 
-``Recording.start()`` starts the collector, then installs what the options ask
-for: the memory sightings (``profile_memory``), torch's "a profiler runs" flag
-(so compiled code emits its ranges), the module ranges (``with_modules``), and
-wires user ranges to the collector. ``stop()`` undoes all of it and returns
-the collector's ``RawSession`` with ``metadata``, ``marks``,
-``memory_sightings``, ``modules`` and ``module_calls`` filled in, ready for
-``build_session``. ``discard()`` undoes it without raising, whatever state it
+``Recording.start()`` starts the collector, wires user ranges to it, raises
+torch's "a profiler runs" flag (so compiled code emits its ranges), then
+starts the probes (``collect/probes.py``) the options and ``activities`` ask
+for: the memory sightings (``profile_memory``), the module ranges
+(``with_modules``), the device collector (``device``, for
+``ProfilerActivity.CUDA``). ``stop()`` stops the probes and the collector and
+returns the collector's ``RawSession`` with ``metadata``, ``marks`` and each
+probe's fields (``memory_sightings``, ``modules``, ``module_calls``,
+``device``...) filled in, ready for ``build_session``. ``discard()`` undoes it without raising, whatever state it
 is in; ``forget_after_fork()`` drops it in a forked child. On a multi-rank
 job the window also estimates this rank's clock offset to rank 0
 (``collect/clock_sync.py``) from ``start()`` and, when there is one, writes it
@@ -36,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.flight_recorder import flight_recorder_rows
+from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
 from opscope.model.torch_names import CLOCK_OFFSET_KEY, FLIGHT_RECORDER_KEY
@@ -66,11 +69,13 @@ class Recording:
                  metadata: Optional[Dict[str, str]] = None,
                  wire: Callable[[Optional[Collector]], None] = _no_wire,
                  take_marks: Callable[[Collector, int, int], List[Mark]] = _no_marks,
-                 probes: Optional[List[Any]] = None):
+                 device: bool = False, probes: Optional[List[Any]] = None):
         self.collector = collector
-        # further sources, each with start(), stop() -> RawSession fields, discard()
-        # (collect/cupti.py's CuptiProbe for ProfilerActivity.CUDA)
-        self.probes: List[Any] = list(probes or [])
+        # the sources beside the collector (collect/probes.py): memory roles, module
+        # ranges, the device collector (``device``: ProfilerActivity.CUDA), then ``probes``
+        self.probes: List[Any] = window_probes(
+            collector, profile_memory=profile_memory, with_modules=with_modules,
+            device=device) + list(probes or [])
         self.record_shapes = record_shapes or with_flops
         self.profile_memory = profile_memory
         self.with_stack = with_stack
@@ -79,8 +84,6 @@ class Recording:
         self._wire = wire
         self._take_marks = take_marks
         self._running = False  # the collector was started and not stopped yet
-        self._sightings: Any = None  # collect.memory_hooks.TensorSightings while installed
-        self._module_ranges: Any = None  # collect.module_hooks.ModuleRanges while installed
         self._clock: Optional[ClockSync] = None  # this window's clock offset estimate
 
     @property
@@ -89,23 +92,13 @@ class Recording:
         return self._running
 
     def start(self) -> None:
-        """Start the collector, then install the hooks the options ask for."""
+        """Start the collector, then the probes the options ask for."""
         self.collector.start(record_shapes=self.record_shapes,
                              profile_memory=self.profile_memory, with_stack=self.with_stack)
         self._running = True
-        if self.profile_memory:
-            from opscope.collect.memory_hooks import TensorSightings
-
-            self._sightings = TensorSightings()
-            self._sightings.install()
         self._wire(self.collector)
         # so torch.compile'd code emits its ranges, as under torch.profiler
         TORCH_FLAG.raise_flag(self.collector, self.record_shapes)
-        if self.with_modules:
-            from opscope.collect.module_hooks import ModuleRanges
-
-            self._module_ranges = ModuleRanges(self.collector)
-            self._module_ranges.install()
         self._start_probes()
         self._start_clock_sync()
 
@@ -116,6 +109,9 @@ class Recording:
             try:
                 probe.start()
             except Exception as exc:  # noqa: BLE001  (never harm the job: CPU recording goes on)
+                if getattr(probe, "required", False):  # its option asked for it: fail the start
+                    self.probes = started + [probe]
+                    raise
                 warnings.warn(f"opscope: {getattr(probe, 'name', 'a')} activity not recorded: "
                               f"{' '.join(str(exc).split())[:300]}; recording the CPU side",
                               RuntimeWarning, stacklevel=4)
@@ -136,12 +132,10 @@ class Recording:
         return fields
 
     def stop(self) -> RawSession:
-        """Remove every hook, stop the collector; the RawSession with all it saw."""
-        module_ranges = self._take_module_ranges()
-        self._unwire()
-        sightings = self._take_sightings()
-        raw = self.collector.stop()
+        """Stop every probe and the collector; the RawSession with all they saw."""
         probe_fields = self._stop_probes()
+        self._unwire()
+        raw = self.collector.stop()
         metadata = dict(self.metadata)
         offset = self._take_clock_offset()
         if offset is not None:
@@ -150,22 +144,22 @@ class Recording:
         if flights:
             metadata[FLIGHT_RECORDER_KEY] = json.dumps(flights, separators=(",", ":"))
         extra: Dict[str, Any] = dict(
-            metadata=metadata, memory_sightings=sightings,
-            marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns), **probe_fields)
-        if module_ranges is not None:
-            extra.update(modules=module_ranges.modules(), module_calls=module_ranges.calls())
+            metadata=metadata, memory_sightings=None,
+            marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
+        extra.update(probe_fields)
         return dataclasses.replace(raw, **extra)
 
     def discard(self) -> None:
-        """Remove every hook and stop the collector, keeping nothing; never raises."""
+        """Stop every probe and the collector, keeping nothing; never raises."""
         clock, self._clock = self._clock, None
         if clock is not None:
             clock.cancel()
-        self._take_sightings()
-        self._take_module_ranges()
         probes, self.probes = self.probes, []
         for probe in probes:
-            probe.discard()
+            try:
+                probe.discard()
+            except Exception:  # noqa: BLE001  (nothing is kept: its error neither)
+                pass
         if self._running:
             self._unwire()
             try:
@@ -174,10 +168,11 @@ class Recording:
                 pass
 
     def forget_after_fork(self) -> None:
-        """In a forked child: drop the hooks; the collector's recording is the parent's."""
+        """In a forked child: drop the probes; the collector's recording is the parent's."""
         self._clock = None  # its thread stayed in the parent
-        self._take_sightings()
-        self._take_module_ranges()
+        probes, self.probes = self.probes, []
+        for probe in probes:
+            probe.forget_after_fork()
         self._running = False
 
     def _start_clock_sync(self) -> None:
@@ -203,17 +198,3 @@ class Recording:
         TORCH_FLAG.lower_flag()
         self._running = False
 
-    def _take_sightings(self):
-        """Uninstall the memory-category hooks; what they saw, or None."""
-        hooks, self._sightings = self._sightings, None
-        if hooks is None:
-            return None
-        hooks.uninstall()
-        return hooks.to_array()
-
-    def _take_module_ranges(self) -> Any:
-        """Uninstall the module hooks (if any) and hand them over for their results."""
-        module_ranges, self._module_ranges = self._module_ranges, None
-        if module_ranges is not None:
-            module_ranges.uninstall()
-        return module_ranges

@@ -1,0 +1,107 @@
+"""The sources a recording window runs beside its op collector, one probe each.
+
+A probe has ``name``, ``start()``, ``stop() -> {RawSession field: value}``,
+``discard()`` (stop keeping nothing; never raises) and ``forget_after_fork()``
+(in a forked child: drop what the parent owns). ``Recording`` runs a list of
+them, which ``window_probes`` builds from the options and ``activities``:
+
+- ``MemoryProbe`` (``profile_memory``): tensors seen in known roles, for the
+  memory categories (``collect.memory_hooks``);
+- ``ModuleProbe`` (``with_modules``): one range per ``nn.Module`` forward
+  (``collect.module_hooks``);
+- ``collect.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side.
+
+A ``required`` probe that cannot start fails the window's start, as its option
+asked for it; any other is dropped with one warning line and the CPU side goes
+on. A later device collector (XPU, MTIA) is one more probe in this list.
+
+Example::
+
+    >>> [p.name for p in window_probes(None, profile_memory=True, with_modules=False,
+    ...                                device=False)]
+    ['memory']
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+
+class MemoryProbe:
+    """``profile_memory``: the roles tensors were seen in (parameters, gradients, ...)."""
+
+    name = "memory"
+    required = True
+
+    def __init__(self) -> None:
+        self._hooks: Any = None
+
+    def start(self) -> None:
+        from opscope.collect.memory_hooks import TensorSightings
+
+        self._hooks = TensorSightings()
+        self._hooks.install()
+
+    def _take(self) -> Any:
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.uninstall()
+        return hooks
+
+    def stop(self) -> Dict[str, Any]:
+        hooks = self._take()
+        return {"memory_sightings": None if hooks is None else hooks.to_array()}
+
+    def discard(self) -> None:
+        self._take()
+
+    forget_after_fork = discard
+
+
+class ModuleProbe:
+    """``with_modules``: a range per module forward, recorded into the window's collector."""
+
+    name = "modules"
+    required = True
+
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+        self._ranges: Any = None
+
+    def start(self) -> None:
+        from opscope.collect.module_hooks import ModuleRanges
+
+        self._ranges = ModuleRanges(self._collector)
+        self._ranges.install()
+
+    def _take(self) -> Any:
+        ranges, self._ranges = self._ranges, None
+        if ranges is not None:
+            ranges.uninstall()
+        return ranges
+
+    def stop(self) -> Dict[str, Any]:
+        ranges = self._take()
+        if ranges is None:
+            return {}
+        return {"modules": ranges.modules(), "module_calls": ranges.calls()}
+
+    def discard(self) -> None:
+        self._take()
+
+    forget_after_fork = discard
+
+
+def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
+                  device: bool) -> List[Any]:
+    """The probes of a window with these options, in start order."""
+    probes: List[Any] = []
+    if profile_memory:
+        probes.append(MemoryProbe())
+    if with_modules:
+        probes.append(ModuleProbe(collector))
+    if device:
+        from opscope.collect.cupti import CuptiProbe
+
+        probes.append(CuptiProbe())
+    return probes
