@@ -174,16 +174,20 @@ def link_device(table: EventTable, raw: RawSession) -> DeviceEvents:
         ok[ok] &= sorted_corr[at[ok]] == want[ok]
         launch[ok] = order[at[ok]]
     owner = np.where(launch >= 0, table.parent[np.maximum(launch, 0)], -1)
+    module_ids = {i for i, n in enumerate(table.symbols.names) if n in (raw.modules or {})}
     return DeviceEvents(records=work, names=names, launch_row=launch, owner_row=owner,
-                        user_spans=user_spans(table, work, owner))
+                        user_spans=user_spans(table, work, owner, module_ids))
 
 
-def user_spans(table: EventTable, work: np.ndarray, owner: np.ndarray) -> np.ndarray:
+def user_spans(table: EventTable, work: np.ndarray, owner: np.ndarray,
+               module_ids: frozenset = frozenset()) -> np.ndarray:
     """torch's ``gpu_user_annotation`` spans: the device work under each user range.
 
     Each device event belongs to the innermost user range (``record_function``)
     open over the op that launched it; per (range, device, stream), the span
-    runs from the first such event's start to the last one's end.
+    runs from the first such event's start to the last one's end. opscope's
+    module ranges (names ``module_ids``, ``with_modules``) are not user ranges
+    to torch, so they make no span.
     """
     user_of: Dict[int, int] = {}
 
@@ -195,7 +199,7 @@ def user_spans(table: EventTable, work: np.ndarray, owner: np.ndarray) -> np.nda
                 found = user_of[row]
                 break
             path.append(row)
-            if table.scope[row] == SCOPE_USER:
+            if table.scope[row] == SCOPE_USER and int(table.name_id[row]) not in module_ids:
                 found = row
                 break
             row = int(table.parent[row])
