@@ -352,3 +352,23 @@ def test_opscope_load_reads_a_store_window(tmp_path):
     assert {r.key: r.count for r in first.key_averages()}["aten::add_"] == 1
     with pytest.raises(StoreError, match="has no window 5 of rank 0"):
         opscope.load(store, window=5)
+
+
+# -- item 24: a JSON list that holds no trace events is not a trace --------------------
+
+@pytest.mark.parametrize("text", ["[1, 2, 3]", "[]", '[{"a": 1}]', '["x"]'])
+def test_table_of_a_json_list_without_events_is_a_usage_error(tmp_path, capsys, text):
+    path = tmp_path / "arr.json"
+    path.write_text(text)
+    status, out, err = cli_status(capsys, "table", str(path))
+    assert status == 2 and out == "", err
+    assert err.startswith("opscope: error: trace ") and "not a trace" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_table_of_an_array_format_trace_still_works(tmp_path, capsys):
+    path = tmp_path / "arr.json"
+    path.write_text(json.dumps([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                 "tid": 1, "ts": 1, "dur": 2}]))
+    status, out, err = cli_status(capsys, "table", str(path))
+    assert status == 0 and "aten::mm" in out, err

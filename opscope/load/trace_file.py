@@ -58,6 +58,8 @@ _KEEP_AT_ONCE = 256 * 2 ** 20  # inflated bytes kept by the first, measuring pas
 # Real traces inflate 5-30x. Past _KEEP_AT_ONCE, a file that inflates more than this is
 # refused under the default limit (an explicit limit admits it): it would be held whole.
 _MAX_RATIO = 200
+# A top-level JSON list is a trace (the array format) when it holds an event object.
+LIST_WITHOUT_EVENTS = "not a trace: a JSON list without trace events (objects with a 'ph' phase)"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", re.IGNORECASE)
 
 
@@ -396,6 +398,8 @@ def read_trace_document(path: "str | os.PathLike[str]",
         raise TraceLoadError(file, f"not enough memory to parse its {format_size(len(data))} "
                                    f"of JSON") from None
     if isinstance(doc, list):
+        if not any(type(e) is dict and "ph" in e for e in doc):
+            raise TraceLoadError(file, LIST_WITHOUT_EVENTS)
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict):
         raise TraceLoadError(file, f"not a trace: the JSON is a {type(doc).__name__}, "

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from opscope.load.trace_columns import TraceColumns
 from opscope.load.trace_events import columns_session
-from opscope.load.trace_file import TraceLoadError, iter_trace_chunks
+from opscope.load.trace_file import LIST_WITHOUT_EVENTS, TraceLoadError, iter_trace_chunks
 from opscope.model.records import RawSession
 
 CHUNK_BYTES = 4 * 2 ** 20  # bytes read (or inflated) per step: about a batch of events
@@ -174,8 +174,9 @@ class _Document:
         if not first:
             raise TraceLoadError(text.path, "file is empty (expected Chrome trace JSON)")
         doc: Dict[str, Any] = {}
-        if first == "[":
-            self._event_list()
+        if first == "[":  # the array format: a list of event objects, each with its "ph"
+            if not self._event_list():
+                raise TraceLoadError(text.path, LIST_WITHOUT_EVENTS)
             doc["traceEvents"] = []
         elif first == "{":
             doc = self._object()
@@ -219,17 +220,20 @@ class _Document:
             if after != ",":
                 raise text.error("Expecting ',' delimiter", text.pos - 1)
 
-    def _event_list(self) -> None:
-        """Parse the list at the position, handing its events over in batches."""
+    def _event_list(self) -> bool:
+        """Parse the list at the position, handing its events over in batches.
+
+        True when some item is an event (an object with a ``"ph"``).
+        """
         text = self.text
         if self.seen_events:
             self.restart()
         self.seen_events = True
         text.pos += 1
-        count = 0
+        count, some_event = 0, False
         if text.skip_space() == "]":
             text.pos += 1
-            return
+            return False
         while True:
             while len(text.buf) - text.pos < CHUNK_BYTES and text.more():
                 pass
@@ -237,10 +241,11 @@ class _Document:
             ended = False
             if batch is None:
                 batch, ended = self._slow_batch()
+            some_event = some_event or any(type(e) is dict and "ph" in e for e in batch)
             self.events(batch, count)
             count += len(batch)
             if ended:
-                return
+                return some_event
 
     def _fast_batch(self) -> Optional[List[Any]]:
         """The events up to the last one whole in the buffer, by one ``json.loads``.
