@@ -44,7 +44,10 @@ def test_the_gpu_view_renders(browser, artifacts, tmp_path):  # noqa: F811
     cards = page.page.eval_on_selector_all("#gpu-cards .card b", "n => n.map(x => x.textContent)")
     assert cards[0] == f"{100 * data['busy_us'] / data['window_us']:.2f}%"
     assert len(page.rows("#gpu-gaps tbody tr", [0])) == len(data["gaps"])
-    for view in ("overview", "operators", "timeline"):
+    page.show("overview")
+    busy = page.js("document.getElementById('gpu-busy-card').textContent")
+    assert busy.startswith(cards[0]) and "GPU busy" in busy
+    for view in ("operators", "timeline"):
         page.show(view)
     page.check_clean()
 

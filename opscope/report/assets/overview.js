@@ -85,7 +85,12 @@ VIEWS.overview = function (section) {
     el("div", { class: "card" }, el("b", { text: `${fmtUs(sp.min)} – ${fmtUs(sp.max)}` }),
        el("span", { text: "fastest – slowest" })),
     el("div", { class: "card" }, el("b", { text: fmtUs(sp.std) }), el("span", { text: "std deviation" })),
-    el("div", { class: "card" }, el("b", { text: fmtUs(sp.p90) }), el("span", { text: "p90 step" }))));
+    el("div", { class: "card" }, el("b", { text: fmtUs(sp.p90) }), el("span", { text: "p90 step" })),
+    // CPU and GPU apart: the device's busy time (see the GPU view) beside the host's steps
+    DATA.kernels ? el("div", { class: "card", id: "gpu-busy-card" },
+      el("b", { text: fmtPct(DATA.kernels.busy_us, DATA.kernels.window_us) }),
+      el("span", { text: `GPU busy (${fmtUs(DATA.kernels.busy_us)} of ${fmtUs(DATA.kernels.window_us)})` }))
+      : null));
   if (!ov.has_steps) section.append(el("p", { class: "muted", id: "no-steps", text: "No ProfilerStep#N " +
     "ranges and no optimizer.step() were recorded, so the whole session is one step. Profile with a " +
     "schedule and call prof.step() once per iteration to get per-step times." }));
