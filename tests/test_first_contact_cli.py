@@ -372,3 +372,18 @@ def test_table_of_an_array_format_trace_still_works(tmp_path, capsys):
                                  "tid": 1, "ts": 1, "dur": 2}]))
     status, out, err = cli_status(capsys, "table", str(path))
     assert status == 0 and "aten::mm" in out, err
+
+
+# -- item 26: report shows one window, so its help offers no "all" ----------------------
+
+def test_report_help_offers_no_all_and_refuses_it_at_parse(capsys):
+    from opscope.cli.main import build_parser
+
+    verb = build_parser()._subparsers._group_actions[0].choices["report"]
+    text = verb.format_help()
+    assert "--rank R " in text and "--window W " in text
+    assert "|all" not in text and "or all" not in text
+    status, _, err = cli_status(capsys, "report", "anything", "--window", "all")
+    assert status == 2 and "expected a window number" in err
+    table = build_parser()._subparsers._group_actions[0].choices["table"].format_help()
+    assert "W|all" in table  # table adds windows up: all stays

@@ -61,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the HTML file to write, or a folder to write it in (default: beside the "
              "trace, named like it with .html, e.g. demo.pt.trace.json -> demo.html)")
     parser.add_argument("--title", help="title shown in the report (default: the trace's path)")
-    add_window_options(parser)
+    add_window_options(parser, one_window=True)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
 

@@ -56,8 +56,22 @@ def is_store(path: str) -> bool:
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, STORE_MARKER))
 
 
-def add_window_options(parser: argparse.ArgumentParser) -> None:
-    """``--rank R|all`` and ``--window W|all``: which windows of a store a verb reads."""
+def add_window_options(parser: argparse.ArgumentParser, *, one_window: bool = False) -> None:
+    """``--rank R|all`` and ``--window W|all``: which windows of a store a verb reads.
+
+    With ``one_window`` (a verb that shows one window: ``report``) they take a
+    number only, and the help offers no ``all``.
+    """
+    if one_window:
+        parser.add_argument(
+            "--rank", metavar="R", type=window_number("rank"),
+            help="for a store: the rank to read (default: the lowest rank; with two ranks "
+                 "or more and neither option, the job's report)")
+        parser.add_argument(
+            "--window", metavar="W", type=window_number("window"),
+            help="for a store: the recorded window to read (default: the rank's newest "
+                 "window, as a trace folder's newest trace)")
+        return
     parser.add_argument(
         "--rank", metavar="R|all",
         help="for a store: the rank to read, or all (default: the lowest rank)")
@@ -65,6 +79,22 @@ def add_window_options(parser: argparse.ArgumentParser) -> None:
         "--window", metavar="W|all",
         help="for a store: the recorded window to read, or all, added up (default: the "
              "rank's newest window, as a trace folder's newest trace)")
+
+
+def window_number(what: str):
+    """An argparse ``type``: a rank or window number (>= 0), kept as its text.
+
+    >>> window_number("window")("all")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a window number >= 0 (this command shows one window), got 'all'
+    """
+    def parse(text: str) -> str:
+        if not text.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"expected a {what} number >= 0 (this command shows one window), got {text!r}")
+        return text.strip()
+    return parse
 
 
 def check_no_window_options(args: argparse.Namespace, path: str) -> None:
