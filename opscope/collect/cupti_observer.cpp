@@ -145,6 +145,20 @@ int32_t api_name_locked(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   return id;
 }
 
+// The fields every device-side record (kernel, memcpy, memset) has, under the same names.
+template <typename T>
+void device_fields(DeviceRecord& r, const T* a, uint8_t kind) {
+  r.kind = kind;
+  r.start_ns = static_cast<int64_t>(a->start);
+  r.end_ns = static_cast<int64_t>(a->end);
+  r.device = static_cast<int32_t>(a->deviceId);
+  r.context = a->contextId;
+  r.stream = a->streamId;
+  r.correlation = a->correlationId;
+  r.graph_node = a->graphNodeId;
+  r.graph_id = a->graphId;
+}
+
 void decode_locked(const CUpti_Activity* raw) {
   DeviceRecord r;
   std::memset(&r, 0, sizeof r);
@@ -153,53 +167,29 @@ void decode_locked(const CUpti_Activity* raw) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       auto* k = reinterpret_cast<const OPSCOPE_KERNEL_T*>(raw);
-      r.kind = KIND_KERNEL;
-      r.start_ns = static_cast<int64_t>(k->start);
-      r.end_ns = static_cast<int64_t>(k->end);
-      r.device = static_cast<int32_t>(k->deviceId);
-      r.context = k->contextId;
-      r.stream = k->streamId;
-      r.correlation = k->correlationId;
+      device_fields(r, k, KIND_KERNEL);
       r.grid[0] = k->gridX; r.grid[1] = k->gridY; r.grid[2] = k->gridZ;
       r.block[0] = k->blockX; r.block[1] = k->blockY; r.block[2] = k->blockZ;
       r.shared_static = k->staticSharedMemory;
       r.shared_dynamic = k->dynamicSharedMemory;
       r.registers = k->registersPerThread;
-      r.graph_node = k->graphNodeId;
-      r.graph_id = k->graphId;
       r.name_id = kernel_name_locked(k->name);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       auto* m = reinterpret_cast<const OPSCOPE_MEMCPY_T*>(raw);
-      r.kind = KIND_MEMCPY;
-      r.start_ns = static_cast<int64_t>(m->start);
-      r.end_ns = static_cast<int64_t>(m->end);
+      device_fields(r, m, KIND_MEMCPY);
       r.bytes = static_cast<int64_t>(m->bytes);
-      r.device = static_cast<int32_t>(m->deviceId);
-      r.context = m->contextId;
-      r.stream = m->streamId;
-      r.correlation = m->correlationId;
       r.copy_kind = m->copyKind;
       r.src_kind = m->srcKind;
       r.dst_kind = m->dstKind;
-      r.graph_node = m->graphNodeId;
-      r.graph_id = m->graphId;
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       auto* m = reinterpret_cast<const OPSCOPE_MEMSET_T*>(raw);
-      r.kind = KIND_MEMSET;
-      r.start_ns = static_cast<int64_t>(m->start);
-      r.end_ns = static_cast<int64_t>(m->end);
+      device_fields(r, m, KIND_MEMSET);
       r.bytes = static_cast<int64_t>(m->bytes);
-      r.device = static_cast<int32_t>(m->deviceId);
-      r.context = m->contextId;
-      r.stream = m->streamId;
-      r.correlation = m->correlationId;
       r.src_kind = static_cast<uint8_t>(m->memoryKind);
-      r.graph_node = m->graphNodeId;
-      r.graph_id = m->graphId;
       break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME:

@@ -27,19 +27,18 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 
-class MemoryProbe:
-    """``profile_memory``: the roles tensors were seen in (parameters, gradients, ...)."""
+class _HooksProbe:
+    """A probe whose source is hooks: ``_make()`` builds them, ``install()`` and
+    ``uninstall()`` set them up and remove them (a half-done install too)."""
 
-    name = "memory"
-    required = True
+    name = ""
+    required = True  # its option asked for it: a failed install fails the start
 
     def __init__(self) -> None:
         self._hooks: Any = None
 
     def start(self) -> None:
-        from opscope.collect.memory_hooks import TensorSightings
-
-        self._hooks = TensorSightings()
+        self._hooks = self._make()
         self._hooks.install()
 
     def _take(self) -> Any:
@@ -50,7 +49,7 @@ class MemoryProbe:
 
     def stop(self) -> Dict[str, Any]:
         hooks = self._take()
-        return {"memory_sightings": None if hooks is None else hooks.to_array()}
+        return {} if hooks is None else self._fields(hooks)
 
     def discard(self) -> None:
         self._take()
@@ -58,38 +57,36 @@ class MemoryProbe:
     forget_after_fork = discard
 
 
-class ModuleProbe:
+class MemoryProbe(_HooksProbe):
+    """``profile_memory``: the roles tensors were seen in (parameters, gradients, ...)."""
+
+    name = "memory"
+
+    def _make(self) -> Any:
+        from opscope.collect.memory_hooks import TensorSightings
+
+        return TensorSightings()
+
+    def _fields(self, hooks: Any) -> Dict[str, Any]:
+        return {"memory_sightings": hooks.to_array()}
+
+
+class ModuleProbe(_HooksProbe):
     """``with_modules``: a range per module forward, recorded into the window's collector."""
 
     name = "modules"
-    required = True
 
     def __init__(self, collector: Any) -> None:
+        super().__init__()
         self._collector = collector
-        self._ranges: Any = None
 
-    def start(self) -> None:
+    def _make(self) -> Any:
         from opscope.collect.module_hooks import ModuleRanges
 
-        self._ranges = ModuleRanges(self._collector)
-        self._ranges.install()
+        return ModuleRanges(self._collector)
 
-    def _take(self) -> Any:
-        ranges, self._ranges = self._ranges, None
-        if ranges is not None:
-            ranges.uninstall()
-        return ranges
-
-    def stop(self) -> Dict[str, Any]:
-        ranges = self._take()
-        if ranges is None:
-            return {}
+    def _fields(self, ranges: Any) -> Dict[str, Any]:
         return {"modules": ranges.modules(), "module_calls": ranges.calls()}
-
-    def discard(self) -> None:
-        self._take()
-
-    forget_after_fork = discard
 
 
 def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
