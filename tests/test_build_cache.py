@@ -526,14 +526,14 @@ def test_compiler_error_is_the_one_line_with_the_log_path(tmp_path):
 
 
 def test_missing_compiler_is_named(tmp_path):
+    """Checked before compiling: one line, no "compiling ... once" first (issue 27)."""
     proc = run(tmp_path / "cache", quiet=False, extra_env={"CXX": "/nonexistent/c++"},
                timeout=300)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 2, proc.stderr  # "compiling ... once", then the failure
-    assert "compiling the native collector once" in lines[0]
-    assert "native collector unavailable (" in lines[1]
-    assert "/nonexistent/c++: not found" in lines[1] and "full log: " in lines[1]
+    line = one_line(proc)
+    assert line == ("opscope: native collector unavailable (no C++ compiler: "
+                    "'/nonexistent/c++' ($CXX) is not on PATH); using the Python fallback "
+                    "collector")
     assert "NATIVE False" in proc.stdout
 
 

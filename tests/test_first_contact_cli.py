@@ -387,3 +387,51 @@ def test_report_help_offers_no_all_and_refuses_it_at_parse(capsys):
     assert status == 2 and "expected a window number" in err
     table = build_parser()._subparsers._group_actions[0].choices["table"].format_help()
     assert "W|all" in table  # table adds windows up: all stays
+
+
+# -- item 32: missing build tools are one line, said before any compiling ---------------
+
+BUILD_PROBE = ("from opscope.collect.native_build import load_native\n"
+               "print('NATIVE', load_native() is not None)\n")
+
+
+def _build_without(tmp_path: Path, *, path_dirs: list, no_pip_ninja: bool):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPSCOPE_QUIET_BUILD", "OPSCOPE_COLLECTOR", "CXX",
+                        "OPSCOPE_FORCE_BUILD_FAILURE")}
+    env["OPSCOPE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PATH"] = os.pathsep.join(str(d) for d in path_dirs)
+    if no_pip_ninja:  # an import of ninja that fails, as where pip's ninja is missing
+        fake = tmp_path / "fake"
+        fake.mkdir()
+        (fake / "ninja.py").write_text("raise ImportError('no ninja here')\n")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", BUILD_PROBE], capture_output=True, text=True,
+                          env=env, cwd=str(Path(__file__).resolve().parents[1]),
+                          timeout=TIMEOUT_S)
+
+
+def test_no_compiler_is_one_line_naming_it_and_the_python_collector(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = _build_without(tmp_path, path_dirs=[empty], no_pip_ninja=False)
+    assert "NATIVE False" in proc.stdout, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "opscope: native collector unavailable (no C++ compiler: 'c++' is not on PATH "
+        "(install g++ or clang++, or set CXX)); using the Python fallback collector"]
+
+
+def test_no_ninja_is_one_line_naming_it(tmp_path):
+    import shutil
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    compiler = shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler on this machine")
+    os.symlink(compiler, tools / "c++")
+    proc = _build_without(tmp_path, path_dirs=[tools], no_pip_ninja=True)
+    assert "NATIVE False" in proc.stdout, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "opscope: native collector unavailable (ninja is not installed (pip install ninja)); "
+        "using the Python fallback collector"]

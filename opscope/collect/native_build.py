@@ -272,6 +272,7 @@ def _compile(ext: NativeExtension, so: Path) -> None:
     folder = so.parent
     _remove_leftovers(folder)
     log = folder / f"{so.stem}.build.log"
+    env = _worker_env(ext.extra_options())  # the tools are checked before a word is said
     if not _quiet():
         print(f"opscope: compiling the {ext.what} once (about a minute) into {folder}",
               file=sys.stderr, flush=True)
@@ -286,7 +287,7 @@ def _compile(ext: NativeExtension, so: Path) -> None:
                     [sys.executable, "-c", _RUN_WORKER, str(_WORKER),
                      str(ext.source), temp, so.stem, str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env=_worker_env(ext.extra_options()), cwd=temp, timeout=BUILD_TIMEOUT_S)
+                    env=env, cwd=temp, timeout=BUILD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise BuildFailed(f"the compile ran past {BUILD_TIMEOUT_S} s; "
                                   f"full log: {log}") from None
@@ -311,13 +312,21 @@ _RUN_WORKER = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.ar
 
 
 def _worker_env(extra: Optional[dict] = None) -> dict:
-    """The build's environment: ninja on PATH when pip installed it, no on-demand agent."""
+    """The build's environment: ninja on PATH when pip installed it, no on-demand agent.
+
+    Raises :class:`BuildFailed` naming every missing tool (the C++ compiler,
+    ninja) in one line, before anything is compiled.
+    """
     env = dict(os.environ)
     env.pop("OPSCOPE_BUILD_EXTRA", None)
     if extra:
         env["OPSCOPE_BUILD_EXTRA"] = json.dumps({k: extra[k] for k in ("include_dirs", "cflags")
                                                  if k in extra})
     env.pop("OPSCOPE_ON_DEMAND", None)  # the start-up hook would start one in the build
+    missing = []
+    compiler = missing_compiler(env)
+    if compiler:
+        missing.append(compiler)
     if shutil.which("ninja", path=env.get("PATH")) is None:
         try:
             import ninja  # pip's ninja keeps its binary inside the package
@@ -325,8 +334,30 @@ def _worker_env(extra: Optional[dict] = None) -> dict:
             bin_dir = os.path.join(os.path.dirname(ninja.__file__), "data", "bin")
             env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
         except ImportError:
-            raise BuildFailed("ninja is not installed (pip install ninja)") from None
+            missing.append("ninja is not installed (pip install ninja)")
+    if missing:
+        raise BuildFailed("; ".join(missing))
     return env
+
+
+def missing_compiler(env: dict) -> Optional[str]:
+    """What is wrong with the C++ compiler torch's build would run ($CXX, else c++); None: found.
+
+    >>> missing_compiler({"CXX": "no-such-compiler-x", "PATH": ""})
+    "no C++ compiler: 'no-such-compiler-x' ($CXX) is not on PATH"
+    """
+    import shlex
+
+    given = env.get("CXX", "").strip()
+    try:
+        program = (shlex.split(given) or [""])[0] if given else "c++"
+    except ValueError:
+        program = given
+    if program and shutil.which(program, path=env.get("PATH")) is not None:
+        return None
+    if given:
+        return f"no C++ compiler: {program!r} ($CXX) is not on PATH"
+    return "no C++ compiler: 'c++' is not on PATH (install g++ or clang++, or set CXX)"
 
 
 _COMPILER_ERROR = re.compile(
