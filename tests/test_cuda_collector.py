@@ -285,3 +285,24 @@ def test_a_probe_that_cannot_start_warns_once_and_the_cpu_side_goes_on():
     assert lines == ["opscope: cuda activity not recorded: CUPTI error 999 (no driver); "
                      "recording the CPU side"]
     assert raw.device is None and len(raw.records) > 0
+
+
+def test_the_device_side_is_left_to_a_running_torch_profiler():
+    """Kineto holds CUPTI's buffer callbacks while it records: opscope must not take them."""
+    import torch.profiler as tp
+
+    from opscope.collect import choose_collector
+    from opscope.collect.recording import Recording
+
+    with tp.profile(activities=[tp.ProfilerActivity.CPU]):
+        rec = Recording(choose_collector(), device=True)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            rec.start()
+            torch.ones(2).mul(3)
+            raw = rec.stop()
+    lines = [str(w.message) for w in seen if "activity not recorded" in str(w.message)]
+    assert lines == ["opscope: cuda activity not recorded: torch.profiler is recording in this "
+                     "process and holds CUPTI; its trace has the device side; recording the "
+                     "CPU side"]
+    assert raw.device is None and len(raw.records) > 0

@@ -249,6 +249,10 @@ class CuptiProbe:
 
     def start(self) -> None:
         """Enable CUPTI; raises CuptiUnavailable (one line) when it cannot record."""
+        if _torch_profiler_running():
+            # Kineto holds CUPTI's buffer callbacks: taking them would lose its records
+            raise CuptiUnavailable("torch.profiler is recording in this process and holds "
+                                   "CUPTI; its trace has the device side")
         ext = load_collector()
         ext.take()  # whatever an earlier window left unread is not this window's
         try:
@@ -282,6 +286,16 @@ class CuptiProbe:
                 ext.take()
             except Exception:  # noqa: BLE001  (nothing is kept: its error neither)
                 pass
+
+
+def _torch_profiler_running() -> bool:
+    """Whether torch's own profiler (Kineto) is recording in this process."""
+    try:
+        import torch
+
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001  (an old or odd torch: assume it is not)
+        return False
 
 
 def _synchronize() -> None:
