@@ -84,7 +84,7 @@ def step_session(ext):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
-    with opscope.profile(activities=[opscope.ProfilerActivity.CPU]) as prof:
+    with opscope.profile(activities=[opscope.ProfilerActivity.CPU], with_modules=True) as prof:
         with opscope.record_function("train_step"):
             model(x).sum().backward()
             opt.step()
@@ -306,3 +306,26 @@ def test_the_device_side_is_left_to_a_running_torch_profiler():
                      "process and holds CUPTI; its trace has the device side; recording the "
                      "CPU side"]
     assert raw.device is None and len(raw.records) > 0
+
+
+def test_module_table_has_each_modules_device_time(device_session):
+    from opscope.analysis.aggregate import session_key_averages
+    from opscope.analysis.modules import module_rows
+    from opscope.export.module_table import format_module_table
+
+    session, expected, _ = device_session
+    rows = {r.key: r for r in module_rows(session)}
+    linears = [r for r in rows.values() if r.class_name == "Linear"]
+    assert len(linears) == 2
+    in_step = sum(1 for op in expected.values() if op[2] == threading.get_native_id())
+    # every addmm (forward) and mm (backward) kernel of the step is under a Linear
+    assert sum(r.device_time_total for r in linears) == pytest.approx(5.0 * in_step)
+    root = next(r for r in rows.values() if r.parent < 0)
+    assert root.device_time_total == pytest.approx(5.0 * in_step)
+    assert root.self_device_time_total == 0
+    text = format_module_table(list(rows.values()))
+    assert "Self CUDA" in text and "CUDA total" in text
+    # a module range is no user range to torch: no gpu_user_annotation row of its own
+    spans = [r.key for r in session_key_averages(session)
+             if r.is_user_annotation and str(r.device_type) == "DeviceType.CUDA"]
+    assert spans == ["train_step"]

@@ -96,6 +96,10 @@ class ModuleRow:
     flops: int = 0
     cpu_memory_usage: Optional[int] = None
     self_cpu_memory_usage: Optional[int] = None
+    # a device collector's: device time of the kernels its forward and backward ops
+    # launched (us), its own and with its submodules'; None: no device recorded
+    self_device_time_total: Optional[float] = None
+    device_time_total: Optional[float] = None
     children: List[int] = field(default_factory=list)
 
     @property
@@ -175,6 +179,12 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
                     if flops is not None else np.zeros(n_groups))
     memory_direct = (direct_sums(memory.astype(np.float64), np.ones(len(table), bool))
                      if memory is not None else None)
+    device_direct = None
+    if session.device is not None:
+        from opscope.analysis.device import session_device_times
+
+        own_ns = session_device_times(session)[0]
+        device_direct = direct_sums(own_ns / 1000.0, np.ones(len(table), bool))
 
     for g in reversed(range(n_groups)):  # children have larger indices than parents
         row = groups[g]
@@ -184,6 +194,9 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
         if memory_direct is not None:
             row.self_cpu_memory_usage = int(memory_direct[g])
             row.cpu_memory_usage = (row.cpu_memory_usage or 0) + row.self_cpu_memory_usage
+        if device_direct is not None:
+            row.self_device_time_total = float(device_direct[g])
+            row.device_time_total = (row.device_time_total or 0.0) + row.self_device_time_total
         child_forward = sum(groups[c].forward_time_total for c in row.children)
         row.self_forward_time_total = row.forward_time_total - child_forward
         if row.parent >= 0:
@@ -192,6 +205,8 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
             up.flops += row.flops
             if memory_direct is not None:
                 up.cpu_memory_usage = (up.cpu_memory_usage or 0) + (row.cpu_memory_usage or 0)
+            if device_direct is not None:
+                up.device_time_total = (up.device_time_total or 0.0) + row.device_time_total
     return _depth_first(groups)
 
 

@@ -4,12 +4,14 @@ One line per module (``analysis.modules.ModuleRow``), indented two spaces per le
 with columns in the style of torch.profiler's table::
 
     Module  # of Calls  Params  Forward  Backward  Total  Self  Total %
-        [Total MFLOPs  GFLOP/s]  [Net CPU Mem  Self Net Mem]
+        [Total MFLOPs  GFLOP/s]  [Self CUDA  CUDA total]  [Net CPU Mem  Self Net Mem]
 
 ``Forward`` and ``Backward`` include the children's time; ``Self`` is the module's
 forward + backward time minus its children's. ``Total %`` is a share of the roots'
 forward + backward time. FLOP columns appear with ``with_flops`` when a row has
 FLOPs (scaled from the largest count, so the model's total reads below 1000);
+device columns when a device was recorded: the kernels the module's forward and
+backward ops launched, its own and with its submodules';
 memory columns when the rows carry memory: ``Net CPU Mem`` is the bytes the
 module's forward *and* backward ops allocated minus those they freed, its
 submodules' included (``MEMORY_NOTE``, printed under the table, says so). It is not
@@ -111,10 +113,13 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     rates = flops_scale([flop_rate(r) for r in rows], FLOP_RATE_UNITS,
                         from_largest=True) if flops else None
     with_memory = any(r.cpu_memory_usage is not None for r in rows)
+    with_device = any(getattr(r, "device_time_total", None) is not None for r in rows)
 
     titles = ["# of Calls", "Params", "Forward", "Backward", "Total", "Self", "Total %"]
     if flops:
         titles += [f"Total {flops[1]}", rates[1] if rates else "FLOP/s"]
+    if with_device:
+        titles += ["Self CUDA", "CUDA total"]
     if with_memory:
         titles += ["Net CPU Mem", "Self Net Mem"]
     widths = [name_width] + [WIDTH] * len(titles)
@@ -143,6 +148,9 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
             rate = flop_rate(row)
             cells += ["--" if row.flops <= 0 else f"{row.flops * flops[0]:8.3f}",
                       "--" if rate <= 0 or not rates else f"{rate * rates[0]:8.3f}"]
+        if with_device:
+            cells += [format_time(row.self_device_time_total or 0.0, time_unit),
+                      format_time(row.device_time_total or 0.0, time_unit)]
         if with_memory:
             cells += [format_memory(row.cpu_memory_usage or 0),
                       format_memory(row.self_cpu_memory_usage or 0)]
