@@ -329,3 +329,26 @@ def test_module_table_has_each_modules_device_time(device_session):
     spans = [r.key for r in session_key_averages(session)
              if r.is_user_annotation and str(r.device_type) == "DeviceType.CUDA"]
     assert spans == ["train_step"]
+
+
+def test_a_collector_that_cannot_build_says_so_in_one_line(tmp_path, monkeypatch, capfd):
+    from opscope.collect.native_build import NativeExtension
+    from opscope.collect.python_collector import PythonCollector
+    from opscope.collect.recording import Recording
+
+    monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPSCOPE_FORCE_BUILD_FAILURE", "1")
+    monkeypatch.setattr(cupti, "OBSERVER", NativeExtension(
+        cupti.SOURCE, "opscope_cupti", "CUDA device collector", "recording the CPU side only",
+        extra=cupti.build_options))
+    rec = Recording(PythonCollector(), device=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        rec.start()
+        torch.ones(2).add(1)
+        raw = rec.stop()
+    err = [line for line in capfd.readouterr().err.splitlines() if line]
+    assert err == ["opscope: CUDA device collector unavailable (build disabled by "
+                   "OPSCOPE_FORCE_BUILD_FAILURE); recording the CPU side only"]
+    assert not [w for w in seen if "activity" in str(w.message)]
+    assert raw.device is None and len(raw.records) > 0

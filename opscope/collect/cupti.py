@@ -169,7 +169,15 @@ def find_library() -> Optional[str]:
 
 
 class CuptiUnavailable(RuntimeError):
-    """CUPTI cannot record here; the message is the one line to show."""
+    """CUPTI cannot record here; the message is the one line to show.
+
+    ``said`` is True when that line was already printed (a failed build says so
+    itself, once per process), so the window adds no second one.
+    """
+
+    def __init__(self, message: str, said: bool = False):
+        super().__init__(message)
+        self.said = said
 
 
 _load_lock = threading.Lock()
@@ -180,7 +188,8 @@ def load_collector() -> Any:
     with _load_lock:
         ext = OBSERVER.load()
         if ext is None:
-            raise CuptiUnavailable(OBSERVER.failure_reason() or "the device collector did not build")
+            raise CuptiUnavailable(OBSERVER.failure_reason() or "the device collector did not build",
+                                   said=True)
         if ext.RECORD_SIZE != DEVICE_DTYPE.itemsize:
             raise CuptiUnavailable(f"device records are {ext.RECORD_SIZE} bytes, expected "
                                    f"{DEVICE_DTYPE.itemsize}")

@@ -105,7 +105,8 @@ std::unordered_map<uint64_t, int32_t> g_api_ids;         // (domain << 32 | cbid
 uint64_t g_dropped = 0;
 std::atomic<bool> g_collecting{false};
 constexpr size_t kBufferBytes = 4 << 20;
-constexpr size_t kMaxRecords = 64u << 20;  // 6 GiB of records is a runaway; drop past it
+// 4M records (416 MiB) unread: a runaway window; records past it are counted and dropped
+constexpr size_t kMaxRecords = 4u << 20;
 
 int32_t intern_locked(const std::string& name) {
   auto it = g_name_ids.find(name);

@@ -112,6 +112,8 @@ class Recording:
                 if getattr(probe, "required", False):  # its option asked for it: fail the start
                     self.probes = started + [probe]
                     raise
+                if getattr(exc, "said", False):  # its one line is already printed
+                    continue
                 warnings.warn(f"opscope: {getattr(probe, 'name', 'a')} activity not recorded: "
                               f"{' '.join(str(exc).split())[:300]}; recording the CPU side",
                               RuntimeWarning, stacklevel=4)
