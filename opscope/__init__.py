@@ -21,35 +21,30 @@ True
 
 from __future__ import annotations
 
-from opscope.activity import DeviceType, ProfilerActivity, supported_activities
-from opscope.configs import CuspyConfig, PerformanceMetricsConfig, ProfilerActivityConfig
-from opscope.handlers import report_handler, store_handler, tensorboard_trace_handler
-from opscope.profiler import profile
+import importlib
+from typing import Any
+
+from opscope.version import __version__
+# Functions named as their modules are bound now (both light): a later first import of
+# the module would otherwise set ``opscope.schedule`` to the module.
 from opscope.record_function import record_function
 from opscope.schedule import ProfilerAction, schedule
-from opscope import autograd, itt  # noqa: F401  (opscope.autograd.profile, opscope.itt.mark)
-from opscope.on_demand import disable_on_demand, enable_on_demand, enable_from_environment
-from opscope.step_tracker import track_optimizer_steps
 
-from opscope.execution_trace import ExecutionTraceObserver
-from opscope.version import __version__
-from opscope.session_profile import SessionProfile
-import opscope.load as _load_package
-from opscope.session_profile import load as _load
-
-
-class _CallableLoadPackage(type(_load_package)):
-    """``opscope.load`` is the loader package and, called, ``session_profile.load``."""
-
-    def __call__(self, path_or_store, rank=None, window=None, **options):
-        return _load(path_or_store, rank, window, **options)
-
-
-# opscope.load(path_or_store, rank=None, window=None): a saved profile with a live one's
-# results API; opscope.load.read_trace and its other names stay importable as they were.
-_load_package.__class__ = _CallableLoadPackage
-_CallableLoadPackage.__call__.__doc__ = _load.__doc__
-
+# The API, imported on first use: ``import opscope`` imports no torch, so the CLI's
+# verbs that need none (--help, trigger, query...) start fast. name -> its module.
+_API = {
+    "DeviceType": "opscope.activity", "ProfilerActivity": "opscope.activity",
+    "supported_activities": "opscope.activity",
+    "CuspyConfig": "opscope.configs", "PerformanceMetricsConfig": "opscope.configs",
+    "ProfilerActivityConfig": "opscope.configs",
+    "report_handler": "opscope.handlers", "store_handler": "opscope.handlers",
+    "tensorboard_trace_handler": "opscope.handlers",
+    "profile": "opscope.profiler",
+    "disable_on_demand": "opscope.on_demand", "enable_on_demand": "opscope.on_demand",
+    "track_optimizer_steps": "opscope.step_tracker",
+    "ExecutionTraceObserver": "opscope.execution_trace",
+    "SessionProfile": "opscope.session_profile",
+}
 
 __all__ = [
     "profile",
@@ -74,6 +69,28 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """An API name (``opscope.profile`` ...) or a submodule (``opscope.itt``), on first use."""
+    module = _API.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name.startswith("__"):
+        raise AttributeError(f"module 'opscope' has no attribute {name!r}")
+    else:
+        try:
+            value = importlib.import_module(f"opscope.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"opscope.{name}":
+                raise
+            raise AttributeError(f"module 'opscope' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_API))
+
+
 def kineto_available() -> bool:
     """True when opscope's native collector builds and loads on this machine.
 
@@ -84,7 +101,38 @@ def kineto_available() -> bool:
     return native_available()
 
 
-# Every optimizer.step() feeds opscope.step_tracker (a cheap global post-hook);
-# OPSCOPE_ON_DEMAND=1 makes this process answer `opscope trigger` (opscope.on_demand).
-track_optimizer_steps()
-enable_from_environment()
+def _with_torch() -> None:
+    """Once the program has torch, every optimizer.step() feeds opscope.step_tracker (a
+    cheap global post-hook)."""
+    from opscope.step_tracker import track_optimizer_steps
+
+    track_optimizer_steps()
+
+
+def _make_load_callable() -> None:
+    """``opscope.load(path_or_store, rank=None, window=None)``: a saved profile with a live
+    one's results API (``session_profile.load``); ``opscope.load.read_trace`` and the
+    package's other names stay importable as they were."""
+    import opscope.load as package
+
+    class CallableLoadPackage(type(package)):
+        def __call__(self, path_or_store, rank=None, window=None, **options):
+            from opscope.session_profile import load
+
+            return load(path_or_store, rank, window, **options)
+
+    CallableLoadPackage.__call__.__doc__ = (
+        "opscope.load(path_or_store, rank=None, window=None, *, max_bytes=None): "
+        "see opscope.session_profile.load")
+    package.__class__ = CallableLoadPackage
+
+
+_make_load_callable()
+from opscope.on_demand import enable_from_environment, on_demand_requested  # noqa: E402
+from opscope.torch_import import after_torch_import  # noqa: E402
+
+if on_demand_requested():  # OPSCOPE_ON_DEMAND=1: this process answers `opscope trigger`,
+    _with_torch()          # enabled at the import, as it always was (this imports torch)
+    enable_from_environment()
+else:
+    after_torch_import(_with_torch)

@@ -36,7 +36,6 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from torch.compiler import is_compiling
 
 from opscope.model.torch_names import PROFILER_STEP
 
@@ -219,6 +218,8 @@ def _counted_by_an_optimizer(step: int) -> bool:
 
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     # torch.compile tracing an optimizer step must not bake the count into a graph
+    from torch.compiler import is_compiling  # here: importing opscope imports no torch
+
     if is_compiling():
         return
     with StepTracker._lock:

@@ -435,3 +435,56 @@ def test_no_ninja_is_one_line_naming_it(tmp_path):
     assert proc.stderr.splitlines() == [
         "opscope: native collector unavailable (ninja is not installed (pip install ninja)); "
         "using the Python fallback collector"]
+
+
+# -- item 18: the CLI imports torch only where a verb needs it ------------------------
+
+NO_TORCH_PROBE = """
+import contextlib, io, sys
+from opscope.cli.main import VERBS, main
+argvs = [["--help"]] + [[v.__name__.rsplit(".", 1)[1], "--help"] for v in VERBS]
+argvs.append(["trigger", "999999999"])
+for argv in argvs:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+print("TORCH", "torch" in sys.modules)
+"""
+
+
+def test_help_of_every_verb_and_trigger_on_a_missing_pid_import_no_torch(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_ON_DEMAND"}
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH_PROBE], capture_output=True,
+                          text=True, env=env, cwd=str(Path(__file__).resolve().parents[1]),
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_importing_torch_after_opscope_still_installs_the_step_hook(tmp_path):
+    code = ("import sys, opscope\n"
+            "assert 'torch' not in sys.modules\n"
+            "import torch\n"
+            "from opscope.step_tracker import StepTracker\n"
+            "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
+            "before = StepTracker.current_step(); opt.step()\n"
+            "print('COUNTED', StepTracker.current_step() - before)\n"
+            "print('API', opscope.profile.__name__, opscope.itt.__name__, callable(opscope.load))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_ON_DEMAND"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=str(Path(__file__).resolve().parents[1]), timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert "COUNTED 1" in proc.stdout and "API profile opscope.itt True" in proc.stdout
+
+
+def test_cli_mirrors_of_defaults_match_their_modules():
+    from opscope.analysis import diff as analysis_diff
+    from opscope.cli import diff as cli_diff
+    from opscope.cli import ranks as cli_ranks
+    from opscope.export import ranks_text
+
+    assert cli_diff.DEFAULT_THRESHOLD_PCT == analysis_diff.DEFAULT_THRESHOLD_PCT
+    assert cli_diff.DEFAULT_NOISE_PCT == analysis_diff.DEFAULT_NOISE_PCT
+    assert cli_ranks.DEFAULT_COLLECTIVE_LIMIT == ranks_text.DEFAULT_COLLECTIVE_LIMIT

@@ -20,7 +20,6 @@ import argparse
 import os
 import sys
 
-from opscope.analysis.diff import DEFAULT_NOISE_PCT, DEFAULT_THRESHOLD_PCT, diff_sides
 from opscope.cli.errors import UsageError
 from opscope.cli.options import add_max_trace_size, parse_row_limit
 from opscope.cli.progress import progress
@@ -28,6 +27,9 @@ from opscope.cli.terminal import terminal_safe, write_text
 from opscope.cli.traces import (add_window_options, chosen_windows, is_store, load_store_window,
                                 load_trace, open_store, store_errors)
 
+# opscope.analysis.diff's defaults, mirrored so that parsing imports no torch (a test checks)
+DEFAULT_THRESHOLD_PCT = 10.0
+DEFAULT_NOISE_PCT = 1.0
 SUMMARY = "compare two saved traces op by op: what got slower, what got faster"
 DESCRIPTION = f"""\
 Load traces A (the baseline) and B (the new run) and print, per op and per
@@ -142,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
         check_no_window_options(args, args.a)
     a, b = _Input(args.a, args), _Input(args.b, args)
     both = a.has_modules and b.has_modules
+    from opscope.analysis.diff import diff_sides
+
     with progress("comparing"):
         diff = diff_sides(a.side(both), b.side(both), threshold_pct=args.threshold)
     names = (a.name, b.name)

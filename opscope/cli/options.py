@@ -16,7 +16,6 @@ import tempfile
 from typing import NamedTuple
 
 from opscope.cli.errors import UsageError
-from opscope.export.table import valid_sort_keys
 
 DEFAULT_OUTPUT_DIR = "opscope-out"
 DEFAULT_SORT = "self_cpu_time_total"
@@ -96,6 +95,8 @@ def parse_sort_key(text: str) -> str:
     >>> parse_sort_key("count")
     'count'
     """
+    from opscope.export.table import valid_sort_keys
+
     if text not in valid_sort_keys():
         raise argparse.ArgumentTypeError(
             f"expected a table column such as self_cpu_time_total, cpu_time_total, count, "

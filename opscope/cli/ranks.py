@@ -38,11 +38,12 @@ each rank's arrival, wait and transfer; the stragglers (ranks that arrive
 last); and the first desync (where ranks issued different collectives). DIR
 may be an opscope store: its ranks are read with DuckDB, all windows."""
 
+# opscope.export.ranks_text's default, mirrored so that parsing imports no torch (a test checks)
+DEFAULT_COLLECTIVE_LIMIT = 20
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``ranks`` verb."""
     from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS
-    from opscope.export.ranks_text import DEFAULT_COLLECTIVE_LIMIT
 
     parser = subparsers.add_parser("ranks", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)

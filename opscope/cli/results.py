@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
 
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
-from opscope.session_profile import SessionProfile
+
+if TYPE_CHECKING:
+    from opscope.session_profile import SessionProfile
 
 
 class Output(NamedTuple):
@@ -76,8 +78,8 @@ class WindowWriter:
         self.stopping = False
         self.written: List[str] = []   # one line per file, for the summary
         self.errors: List[str] = []
-        self.last_complete: Optional[SessionProfile] = None  # the newest whole window
-        self.last_partial: Optional[SessionProfile] = None   # one cut short by the stop
+        self.last_complete: "Optional[SessionProfile]" = None  # the newest whole window
+        self.last_partial: "Optional[SessionProfile]" = None   # one cut short by the stop
 
     def file_name(self, step: int, output: Output) -> str:
         """The file name of ``output`` for the window ending at ``step``."""
@@ -86,7 +88,7 @@ class WindowWriter:
             base += ".partial"  # the program ended inside step N: not a whole window
         return base + output.suffix
 
-    def shown_window(self) -> Optional[SessionProfile]:
+    def shown_window(self) -> "Optional[SessionProfile]":
         """The window whose table a verb prints: the last complete one, else the partial."""
         return self.last_complete or self.last_partial
 
@@ -109,6 +111,8 @@ class WindowWriter:
 
     def _keep(self, session: Any, step: int) -> None:
         """Keep the window just finished (a reference: a session is never edited)."""
+        from opscope.session_profile import SessionProfile
+
         partial = self.by_step and self.stopping
         label = window_label(session, step, partial=partial)
         kept = SessionProfile(session, label)

@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 
 import opscope
-from opscope.cli.step_hook import after_optimizer_steps
 from opscope.cli.errors import UsageError
 from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_options,
                                  parse_schedule, prepare_output_dir)
@@ -37,7 +36,9 @@ from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, pr
 from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
                                   launch_command, parse_nproc, worker_rank)
 from opscope.script import run_script, syntax_error
-from opscope.session_profile import SessionProfile
+
+if TYPE_CHECKING:
+    from opscope.session_profile import SessionProfile
 
 STOOD_DOWN = ("the script starts its own opscope.profile: opscope run's profiler stops "
               "here and writes nothing more; the script's profiler records as written")
@@ -126,6 +127,8 @@ def main(args: argparse.Namespace) -> int:
 
 def profile_script(args: argparse.Namespace) -> int:
     """Run the script in this process under the profiler; its exit status."""
+    from opscope.cli.step_hook import after_optimizer_steps
+
     folder = prepare_output_dir(args.output_dir)
     rank = worker_rank()
     who = "opscope: " if rank is None else f"opscope: rank {rank}: "
@@ -168,7 +171,7 @@ def profile_script(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _print_table(window: Optional[SessionProfile], args: argparse.Namespace) -> bool:
+def _print_table(window: "Optional[SessionProfile]", args: argparse.Namespace) -> bool:
     """``print_table`` of the window shown (the last complete one, else the partial one).
 
     A closed stdout (``| head``) ends the table, not the exit status.

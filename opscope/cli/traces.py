@@ -25,7 +25,6 @@ from typing import Iterator, List, Optional
 from opscope.cli.errors import UsageError
 from opscope.cli.progress import progress
 from opscope.cli.terminal import terminal_safe
-from opscope.analysis.build import load_session
 from opscope.load import TraceLoadError
 from opscope.model.session import ProfileSession
 
@@ -35,6 +34,8 @@ def load_trace(path: str, max_bytes: Optional[int] = None) -> ProfileSession:
 
     ``max_bytes`` is ``--max-trace-size`` (None: ``OPSCOPE_MAX_TRACE_BYTES`` or 4 GiB).
     """
+    from opscope.analysis.build import load_session
+
     label = terminal_safe(os.path.basename(os.path.normpath(path)) or path)
     try:
         with progress(f"loading {label}"):

@@ -189,6 +189,17 @@ def _warm_up_collector() -> None:
         pass
 
 
+def on_demand_requested() -> bool:
+    """True when ``$OPSCOPE_ON_DEMAND`` asks for on-demand profiling (any value but off).
+
+    >>> import os
+    >>> on_demand_requested() == (os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower()
+    ...                           not in ("", "0", "false", "no", "off"))
+    True
+    """
+    return os.environ.get(ENABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def enable_from_environment() -> bool:
     """Enable on-demand profiling when ``$OPSCOPE_ON_DEMAND`` is 1/true/yes/on.
 
