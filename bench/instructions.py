@@ -170,6 +170,13 @@ def child(sizes: Dict[str, dict], rows: List[str], shifts: int) -> None:
     import opscope
 
     ext = load()
+    # Torch's first use of each op and module (its lazy set-up) is paid here, before
+    # instrumentation: under callgrind's it took minutes (most of a --quick run). These
+    # workloads are thrown away; the ones counted are built after instrument_on.
+    for w in [make_workload(name, **size) for name, size in sizes.items()]:
+        w.run()
+    del w
+    gc.collect()
     # First: how long the wait for callgrind takes varies, and so does what it leaves
     # on the heap; the deterministic set-up below then runs on top of it.
     instrument_on()
