@@ -476,6 +476,10 @@ FORK_WHILE_HOLDING = textwrap.dedent("""
     assert lock.acquire(0, lambda: None)
     child = os.fork()
     if child == 0:
+        # off the test's pipes, or its subprocess.run would wait out this sleep
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
         time.sleep(60)
         os._exit(0)
     print(child, flush=True)
