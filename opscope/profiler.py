@@ -40,23 +40,11 @@ from opscope.profiler_results import ProfileResults
 from opscope.profiler_setup import (check_optional, complete_distributed_info, start_metadata,
                                     validate_json)
 from opscope.record_function import record_function, set_recording_collector
-from opscope.schedule import (OUTPUT_STEPS, TRANSITIONS, WARN_PREFIX, ProfilerAction,
-                              as_action, default_schedule)
+from opscope.schedule import (NEW_CYCLE_WARNING, OUTPUT_STEPS, TRANSITIONS, WARN_PREFIX,
+                              ProfilerAction, as_action, default_schedule, warn_once)
 from opscope.step_tracker import StepTracker
 
 PROFILER_STEP_NAME = PROFILER_STEP
-# torch.profiler's words, said once per process when a new cycle begins without acc_events
-NEW_CYCLE_WARNING = ("Warning: Profiler clears events at the end of each cycle. Only events "
-                     "from the current cycle will be reported. To keep events across cycles, "
-                     "set acc_events=True.")
-_warned: set = set()
-
-
-def warn_once(message: str) -> None:
-    """``warnings.warn(message)`` the first time in this process, as torch's ``_warn_once``."""
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, UserWarning, stacklevel=5)  # the step() or start() call
 
 
 def __getattr__(name: str) -> Any:

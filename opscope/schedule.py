@@ -94,6 +94,20 @@ def default_schedule(_step: int) -> ProfilerAction:
     return ProfilerAction.RECORD
 
 
+# torch.profiler's words, said once per process when a new cycle begins without acc_events
+NEW_CYCLE_WARNING = ("Warning: Profiler clears events at the end of each cycle. Only events "
+                     "from the current cycle will be reported. To keep events across cycles, "
+                     "set acc_events=True.")
+_warned: set = set()
+
+
+def warn_once(message: str) -> None:
+    """``warnings.warn(message)`` the first time in this process, as torch's ``_warn_once``."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, UserWarning, stacklevel=5)  # the profiler's step() or start()
+
+
 # Step names the profiler knows: "prepare", "start", "stop", "ready", and a
 # "warn:<message>" step that emits that warning. The profiler maps each name to
 # a method (``opscope.profile._STEPS``). An output step that fails ("stop" writing

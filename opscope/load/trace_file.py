@@ -42,14 +42,14 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import stat
 import zlib
 from typing import Any, Dict, Iterator
 
+from opscope.load.trace_size import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV,  # noqa: F401
+                                     default_max_bytes, format_size, parse_size)
+
 TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
-MAX_BYTES_ENV = "OPSCOPE_MAX_TRACE_BYTES"
-DEFAULT_MAX_BYTES = 4 * 2 ** 30
 _GZIP_MAGIC = b"\x1f\x8b"
 _JSON_SPACE = b" \t\r\n"
 _SNIFF_SPACE = 2 ** 20      # blank bytes allowed before the JSON starts
@@ -60,7 +60,6 @@ _KEEP_AT_ONCE = 256 * 2 ** 20  # inflated bytes kept by the first, measuring pas
 _MAX_RATIO = 200
 # A top-level JSON list is a trace (the array format) when it holds an event object.
 LIST_WITHOUT_EVENTS = "not a trace: a JSON list without trace events (objects with a 'ph' phase)"
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", re.IGNORECASE)
 
 
 class TraceLoadError(ValueError):
@@ -127,50 +126,6 @@ def resolve_trace_path(path: "str | os.PathLike[str]") -> str:
     if ranks is not None:
         raise TraceLoadError(text, merged_problem(ranks))
     return text
-
-
-def default_max_bytes() -> int:
-    """The size limit when none is given: ``OPSCOPE_MAX_TRACE_BYTES``, else 4 GiB.
-
-    >>> default_max_bytes() == int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
-    True
-    """
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {MAX_BYTES_ENV}: {exc}") from None
-
-
-def parse_size(text: str) -> int:
-    """A byte count such as ``4096``, ``512M``, ``8G`` or ``1.5GiB`` (binary units).
-
-    >>> parse_size("512M"), parse_size("2GiB"), parse_size("100")
-    (536870912, 2147483648, 100)
-    >>> parse_size("lots")
-    Traceback (most recent call last):
-    ...
-    ValueError: expected a size in bytes such as 4096, 512M or 8G; got 'lots'
-    """
-    match = _SIZE.fullmatch(str(text).strip())
-    value = float(match.group(1)) if match else -1.0
-    if not match or not value >= 1 or value == float("inf"):
-        raise ValueError(f"expected a size in bytes such as 4096, 512M or 8G; got {text!r}")
-    return int(value * 1024 ** "BKMGTP".index((match.group(2) or "B").upper()))
-
-
-def format_size(n: int) -> str:
-    """``n`` bytes in words: ``1.5 GiB``, ``300 bytes``.
-
-    >>> format_size(3 * 2 ** 29), format_size(300)
-    ('1.5 GiB', '300 bytes')
-    """
-    for unit, scale in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
 
 
 def _limit_is_explicit(max_bytes: "int | None") -> bool:
