@@ -135,30 +135,8 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
     owner = event_modules(session)
     call_parent = nearest_marked_ancestor(table.parent, is_module)
 
-    # call path of each module range row -> group
-    group_of: Dict[int, int] = {}
-    groups: List[ModuleRow] = []
-    paths: Dict[Tuple[int, int], int] = {}  # (parent group, name id) -> group
-    infos = session.modules
+    groups, group_of = _call_path_groups(session, rows_idx, call_parent)
     dur_us = table.duration_ns / 1000.0
-    for row in rows_idx.tolist():  # table order: a parent call before its children
-        parent_group = group_of.get(int(call_parent[row]), -1)
-        key = (parent_group, int(table.name_id[row]))
-        g = paths.get(key)
-        if g is None:
-            name = table.name(row)
-            info = infos.get(name)
-            depth = groups[parent_group].depth + 1 if parent_group >= 0 else 0
-            g = paths[key] = len(groups)
-            groups.append(ModuleRow(name, info.hierarchy if info else name,
-                                    info.class_name if info else "", depth, parent_group,
-                                    parameters=info.parameters if info else 0))
-            if parent_group >= 0:
-                groups[parent_group].children.append(g)
-        group_of[row] = g
-        groups[g].count += 1
-        groups[g].forward_time_total += float(dur_us[row])
-
     n_groups = len(groups)
     event_group = np.full(len(table), -1, dtype=np.int64)
     has_owner = owner >= 0
@@ -179,12 +157,8 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
                     if flops is not None else np.zeros(n_groups))
     memory_direct = (direct_sums(memory.astype(np.float64), np.ones(len(table), bool))
                      if memory is not None else None)
-    device_direct = None
-    if session.device is not None:
-        from opscope.analysis.device import session_device_times
-
-        own_ns = session_device_times(session)[0]
-        device_direct = direct_sums(own_ns / 1000.0, np.ones(len(table), bool))
+    device_direct = (direct_sums(_own_device_us(session), np.ones(len(table), bool))
+                     if session.device is not None else None)
 
     for g in reversed(range(n_groups)):  # children have larger indices than parents
         row = groups[g]
@@ -208,6 +182,43 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
             if device_direct is not None:
                 up.device_time_total = (up.device_time_total or 0.0) + row.device_time_total
     return _depth_first(groups)
+
+
+def _own_device_us(session: ProfileSession) -> np.ndarray:
+    """Per event, the device time (us) of the work it launched itself."""
+    from opscope.analysis.device import session_device_times
+
+    return session_device_times(session)[0] / 1000.0
+
+
+def _call_path_groups(session: ProfileSession, rows_idx: np.ndarray, call_parent: np.ndarray
+                      ) -> Tuple[List[ModuleRow], Dict[int, int]]:
+    """One row per call path of the module ranges (forward time and calls summed), and the
+    group of each module range row."""
+    table = session.table
+    group_of: Dict[int, int] = {}
+    groups: List[ModuleRow] = []
+    paths: Dict[Tuple[int, int], int] = {}  # (parent group, name id) -> group
+    infos = session.modules
+    dur_us = table.duration_ns / 1000.0
+    for row in rows_idx.tolist():  # table order: a parent call before its children
+        parent_group = group_of.get(int(call_parent[row]), -1)
+        key = (parent_group, int(table.name_id[row]))
+        g = paths.get(key)
+        if g is None:
+            name = table.name(row)
+            info = infos.get(name)
+            depth = groups[parent_group].depth + 1 if parent_group >= 0 else 0
+            g = paths[key] = len(groups)
+            groups.append(ModuleRow(name, info.hierarchy if info else name,
+                                    info.class_name if info else "", depth, parent_group,
+                                    parameters=info.parameters if info else 0))
+            if parent_group >= 0:
+                groups[parent_group].children.append(g)
+        group_of[row] = g
+        groups[g].count += 1
+        groups[g].forward_time_total += float(dur_us[row])
+    return groups, group_of
 
 
 def _depth_first(groups: List[ModuleRow]) -> List[ModuleRow]:

@@ -77,6 +77,40 @@ def _cell(text, width: int, align: str) -> str:
     return format(text, f"{align}{width}") + " " * COLUMN_GAP
 
 
+def _titles(flops, rates, with_device: bool, with_memory: bool) -> List[str]:
+    """The column titles after ``Module``."""
+    titles = ["# of Calls", "Params", "Forward", "Backward", "Total", "Self", "Total %"]
+    if flops:
+        titles += [f"Total {flops[1]}", rates[1] if rates else "FLOP/s"]
+    if with_device:
+        titles += ["Self CUDA", "CUDA total"]
+    if with_memory:
+        titles += ["Net CPU Mem", "Self Net Mem"]
+    return titles
+
+
+def _cells(row, roots_total: float, time_unit: Optional[str], flops, rates, with_device: bool,
+           with_memory: bool) -> list:
+    """One row's cells after its label, in ``_titles`` order."""
+    cells = [row.count, f"{row.parameters:,}",
+             format_time(row.forward_time_total, time_unit),
+             format_time(row.backward_time_total, time_unit),
+             format_time(row.cpu_time_total, time_unit),
+             format_time(row.self_cpu_time_total, time_unit),
+             format_time_share(row.cpu_time_total, roots_total)]
+    if flops:
+        rate = flop_rate(row)
+        cells += ["--" if row.flops <= 0 else f"{row.flops * flops[0]:8.3f}",
+                  "--" if rate <= 0 or not rates else f"{rate * rates[0]:8.3f}"]
+    if with_device:
+        cells += [format_time(row.self_device_time_total or 0.0, time_unit),
+                  format_time(row.device_time_total or 0.0, time_unit)]
+    if with_memory:
+        cells += [format_memory(row.cpu_memory_usage or 0),
+                  format_memory(row.self_cpu_memory_usage or 0)]
+    return cells
+
+
 def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_limit: int = -1,
                         time_unit: Optional[str] = None, with_flops: bool = False,
                         max_name_column_width: int = 60, where: str = "module_table") -> str:
@@ -115,13 +149,7 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     with_memory = any(r.cpu_memory_usage is not None for r in rows)
     with_device = any(getattr(r, "device_time_total", None) is not None for r in rows)
 
-    titles = ["# of Calls", "Params", "Forward", "Backward", "Total", "Self", "Total %"]
-    if flops:
-        titles += [f"Total {flops[1]}", rates[1] if rates else "FLOP/s"]
-    if with_device:
-        titles += ["Self CUDA", "CUDA total"]
-    if with_memory:
-        titles += ["Net CPU Mem", "Self Net Mem"]
+    titles = _titles(flops, rates, with_device, with_memory)
     widths = [name_width] + [WIDTH] * len(titles)
     aligns = ["<"] + [">"] * len(titles)
 
@@ -138,22 +166,8 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
         label = labels[i]
         if len(label) > name_width - 3:
             label = label[:name_width - 6] + "..."
-        cells = [label, row.count, f"{row.parameters:,}",
-                 format_time(row.forward_time_total, time_unit),
-                 format_time(row.backward_time_total, time_unit),
-                 format_time(row.cpu_time_total, time_unit),
-                 format_time(row.self_cpu_time_total, time_unit),
-                 format_time_share(row.cpu_time_total, roots_total)]
-        if flops:
-            rate = flop_rate(row)
-            cells += ["--" if row.flops <= 0 else f"{row.flops * flops[0]:8.3f}",
-                      "--" if rate <= 0 or not rates else f"{rate * rates[0]:8.3f}"]
-        if with_device:
-            cells += [format_time(row.self_device_time_total or 0.0, time_unit),
-                      format_time(row.device_time_total or 0.0, time_unit)]
-        if with_memory:
-            cells += [format_memory(row.cpu_memory_usage or 0),
-                      format_memory(row.self_cpu_memory_usage or 0)]
+        cells = [label] + _cells(row, roots_total, time_unit, flops, rates, with_device,
+                                 with_memory)
         out.append(line(cells))
     out.append(rule)
     forward = sum(r.forward_time_total for r in rows if r.parent < 0)
