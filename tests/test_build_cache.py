@@ -166,17 +166,23 @@ def test_nested_venv_imports_this_interpreters_packages(tmp_path):
     """The venvs above (and test_on_demand_startup's) see the packages the tests run with,
     also when the tests run in a virtualenv, where ``--system-site-packages`` would give
     the base interpreter's: no torch there, or another one, or another setuptools."""
-    import importlib.util
-
-    names = ["torch"] + [n for n in ("pip", "setuptools") if importlib.util.find_spec(n)]
-    here = [importlib.util.find_spec(n).origin for n in names]
-    venv = make_venv(tmp_path / "venv")
+    # Where each package is found, asked in a child: find_spec("pip") in this process
+    # would switch off setuptools' distutils shim here (torch.compile then fails).
     code = ("import importlib.util, sys; print(sys.prefix)\n"
-            "for n in sys.argv[1:]: print(importlib.util.find_spec(n).origin)")
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code, *names], text=True,
-                          capture_output=True, timeout=120, env=dict(os.environ, PYTHONPATH=""))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [str(venv), *here]
+            "for n in ('torch', 'pip', 'setuptools'):\n"
+            "    spec = importlib.util.find_spec(n); print(spec and spec.origin)")
+    env = dict(os.environ, PYTHONPATH="")
+
+    def where(python: str) -> list:
+        done = subprocess.run([python, "-c", code], text=True, capture_output=True,
+                              timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    venv = make_venv(tmp_path / "venv")
+    here = where(sys.executable)
+    assert here[1] != "None"  # torch
+    assert where(str(venv / "bin" / "python")) == [str(venv), *here[1:]]
 
 
 # --- damaged builds -------------------------------------------------------------------------
