@@ -134,7 +134,8 @@ def build_options() -> Dict[str, Any]:
 
 
 OBSERVER = NativeExtension(SOURCE, "opscope_cupti", "CUDA device collector",
-                           "recording the CPU side only", extra=build_options)
+                           "recording the CPU side only", extra=build_options,
+                           takes="about 10 s")
 
 
 def _loaded_cupti() -> Optional[str]:

@@ -123,8 +123,9 @@ class NativeExtension:
     """
 
     def __init__(self, source: Path, module_prefix: str, what: str, consequence: str,
-                 extra: Optional[Any] = None):
+                 extra: Optional[Any] = None, takes: str = "1-2 minutes"):
         self.source = Path(source)
+        self.takes = takes  # what the first build's line says it takes
         # extra() -> {"include_dirs": [...], "cflags": [...], "key": str}, or raises
         # BuildFailed with the one line to show (the device collector's CUPTI)
         self.extra = extra
@@ -274,7 +275,7 @@ def _compile(ext: NativeExtension, so: Path) -> None:
     log = folder / f"{so.stem}.build.log"
     env = _worker_env(ext.extra_options())  # the tools are checked before a word is said
     if not _quiet():
-        print(f"opscope: compiling the {ext.what} once (about a minute) into {folder}",
+        print(f"opscope: compiling the {ext.what} once ({ext.takes}) into {folder}",
               file=sys.stderr, flush=True)
     started = time.monotonic()
     temp = tempfile.mkdtemp(prefix="build-", dir=folder)
