@@ -47,7 +47,7 @@ function fmtBytes(b) {
 }
 // Axes: round ticks from 0 up to at least max (steps of 1, 2 or 5 times a power of ten),
 // all labelled in one unit, the largest the axis reaches (as export_memory_timeline's page).
-function niceTicks(max, count = 5) {
+function roundTicks(max, count = 5) {
   if (!(max > 0)) return [0];
   const raw = max / count, mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw * (1 - 1e-9));
@@ -60,7 +60,7 @@ const TIME_UNITS = [["s", 1e6], ["ms", 1e3], ["us", 1]];
 // [[value in base units, label], ...] for an axis up to max (bytes, or us for time)
 function axisTicks(max, units, count = 5) {
   const [name, size] = units.find(([, s]) => max >= s) || units[units.length - 1];
-  return niceTicks(max / size, count).map(v => [v * size, `${v} ${name}`]);
+  return roundTicks(max / size, count).map(v => [v * size, `${v} ${name}`]);
 }
 function fmtBinary(b) {
   const [name, size] = BYTE_UNITS.find(([, s]) => Math.abs(b) >= s) || BYTE_UNITS[3];
