@@ -378,6 +378,16 @@ PyObject* py_thread_key(PyObject*, PyObject*) {
 
 std::deque<std::string> g_test_names;  // kernel names the test records point to
 
+// What device_fields reads, written into a test record.
+template <typename T>
+void set_device_fields(T& a, int kind, uint64_t start, uint64_t end, uint32_t correlation,
+                       int device, uint32_t stream) {
+  std::memset(&a, 0, sizeof a);
+  a.kind = static_cast<CUpti_ActivityKind>(kind);
+  a.start = start; a.end = end; a.correlationId = correlation;
+  a.deviceId = static_cast<uint32_t>(device); a.streamId = stream; a.contextId = 1;
+}
+
 // record_bytes(kind, start, end, correlation, device, stream, thread, cbid, nbytes,
 //              copy_kind, src_kind, dst_kind, name) -> the CUPTI record, byte for byte
 PyObject* py_record_bytes(PyObject*, PyObject* args) {
@@ -391,10 +401,7 @@ PyObject* py_record_bytes(PyObject*, PyObject* args) {
   std::string out;
   if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || kind == CUPTI_ACTIVITY_KIND_KERNEL) {
     OPSCOPE_KERNEL_T k;
-    std::memset(&k, 0, sizeof k);
-    k.kind = static_cast<CUpti_ActivityKind>(kind);
-    k.start = start; k.end = end; k.correlationId = correlation;
-    k.deviceId = static_cast<uint32_t>(device); k.streamId = stream; k.contextId = 1;
+    set_device_fields(k, kind, start, end, correlation, device, stream);
     k.gridX = 4; k.gridY = 2; k.gridZ = 1; k.blockX = 128; k.blockY = 1; k.blockZ = 1;
     k.registersPerThread = 32; k.staticSharedMemory = 16; k.dynamicSharedMemory = 8;
     g_test_names.emplace_back(name);
@@ -402,20 +409,16 @@ PyObject* py_record_bytes(PyObject*, PyObject* args) {
     out.assign(reinterpret_cast<const char*>(&k), sizeof k);
   } else if (kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
     OPSCOPE_MEMCPY_T m;
-    std::memset(&m, 0, sizeof m);
-    m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-    m.start = start; m.end = end; m.correlationId = correlation; m.bytes = nbytes;
-    m.deviceId = static_cast<uint32_t>(device); m.streamId = stream; m.contextId = 1;
+    set_device_fields(m, kind, start, end, correlation, device, stream);
+    m.bytes = nbytes;
     m.copyKind = static_cast<uint8_t>(copy_kind);
     m.srcKind = static_cast<uint8_t>(src_kind);
     m.dstKind = static_cast<uint8_t>(dst_kind);
     out.assign(reinterpret_cast<const char*>(&m), sizeof m);
   } else if (kind == CUPTI_ACTIVITY_KIND_MEMSET) {
     OPSCOPE_MEMSET_T m;
-    std::memset(&m, 0, sizeof m);
-    m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
-    m.start = start; m.end = end; m.correlationId = correlation; m.bytes = nbytes;
-    m.deviceId = static_cast<uint32_t>(device); m.streamId = stream; m.contextId = 1;
+    set_device_fields(m, kind, start, end, correlation, device, stream);
+    m.bytes = nbytes;
     m.memoryKind = static_cast<uint16_t>(src_kind);
     out.assign(reinterpret_cast<const char*>(&m), sizeof m);
   } else if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER) {
