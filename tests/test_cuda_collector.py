@@ -259,6 +259,16 @@ def test_holistic_trace_analysis_reads_the_device_trace(device_session, tmp_path
     assert temporal["compute_time(us)"].iloc[0] > 0
 
 
+def _record_with_warnings(rec):
+    """Run one recording window over an op: (its RawSession, its "not recorded" warnings)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        rec.start()
+        torch.ones(3).add(1)
+        raw = rec.stop()
+    return raw, [str(w.message) for w in seen if "activity not recorded" in str(w.message)]
+
+
 def test_a_probe_that_cannot_start_warns_once_and_the_cpu_side_goes_on():
     from opscope.collect import choose_collector
     from opscope.collect.recording import Recording
@@ -275,13 +285,7 @@ def test_a_probe_that_cannot_start_warns_once_and_the_cpu_side_goes_on():
         def discard(self):  # pragma: no cover
             pass
 
-    rec = Recording(choose_collector(), probes=[Broken()])
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        rec.start()
-        torch.ones(3).add(1)
-        raw = rec.stop()
-    lines = [str(w.message) for w in seen if "activity not recorded" in str(w.message)]
+    raw, lines = _record_with_warnings(Recording(choose_collector(), probes=[Broken()]))
     assert lines == ["opscope: cuda activity not recorded: CUPTI error 999 (no driver); "
                      "recording the CPU side"]
     assert raw.device is None and len(raw.records) > 0
@@ -295,13 +299,7 @@ def test_the_device_side_is_left_to_a_running_torch_profiler():
     from opscope.collect.recording import Recording
 
     with tp.profile(activities=[tp.ProfilerActivity.CPU]):
-        rec = Recording(choose_collector(), device=True)
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            rec.start()
-            torch.ones(2).mul(3)
-            raw = rec.stop()
-    lines = [str(w.message) for w in seen if "activity not recorded" in str(w.message)]
+        raw, lines = _record_with_warnings(Recording(choose_collector(), device=True))
     assert lines == ["opscope: cuda activity not recorded: torch.profiler is recording in this "
                      "process and holds CUPTI; its trace has the device side; recording the "
                      "CPU side"]

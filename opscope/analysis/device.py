@@ -20,14 +20,14 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.model.device import (DEVICE_KINDS, KIND_DRIVER, KIND_RUNTIME, USER_SPAN_DTYPE,
                                   DeviceEvents, api_name, device_event_names)
-from opscope.model.events import EventTable
-from opscope.model.function_event import FunctionEvent, FunctionEventAvg
+from opscope.model.events import EventTable, SymbolTable
+from opscope.model.function_event import DeviceType, FunctionEvent, FunctionEventAvg
 from opscope.model.records import (FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME, NO_INPUTS, NO_STACK,
                                    RECORD_DTYPE, SCOPE_USER, RawSession)
 
@@ -112,10 +112,8 @@ def with_api_calls(raw: RawSession) -> RawSession:
     thread_ids = list(raw.thread_ids)
     own_thread: Dict[int, int] = {}
     rows = np.zeros(len(api), dtype=RECORD_DTYPE)
-    rf_of = {}
-    for t in np.unique(raw.records["thread_index"]).tolist():
-        first = raw.records[raw.records["thread_index"] == t][0]
-        rf_of[t] = int(first["rf_thread_id"])
+    threads, first = np.unique(raw.records["thread_index"], return_index=True)
+    rf_of = dict(zip(threads.tolist(), raw.records["rf_thread_id"][first].tolist()))
     index = np.empty(len(api), dtype=np.int32)
     for i, key in enumerate(api["thread"].tolist()):
         t = thread_of.get(key, -1)
@@ -125,15 +123,10 @@ def with_api_calls(raw: RawSession) -> RawSession:
                 thread_ids.append(int(key))
             t = own_thread[key]
         index[i] = t
-    name_ids = {}
-    all_names = list(raw.names)
-    for i, n in enumerate(names):
-        if n not in name_ids:
-            name_ids[n] = len(all_names)
-            all_names.append(n)
+    symbols = SymbolTable(raw.names)
     rows["start_ns"], rows["end_ns"] = api["start_ns"], api["end_ns"]
     rows["seq_nr"] = -1
-    rows["name_id"] = [name_ids[n] for n in names]
+    rows["name_id"] = [symbols.intern(n) for n in names]
     rows["thread_index"] = index
     rows["rf_thread_id"] = [rf_of.get(int(t), 0) for t in index.tolist()]
     rows["input_offset"] = NO_INPUTS
@@ -150,7 +143,7 @@ def with_api_calls(raw: RawSession) -> RawSession:
     if flops is not None:
         flops = np.concatenate([np.asarray(flops, dtype=np.int64), np.zeros(len(rows), np.int64)])
     work = work[np.argsort(work["start_ns"], kind="stable")]
-    return dataclasses.replace(raw, records=records, names=all_names, thread_ids=thread_ids,
+    return dataclasses.replace(raw, records=records, names=symbols.names, thread_ids=thread_ids,
                                correlation=correlation, stack_ids=stack_ids, flops=flops,
                                device=work)
 
@@ -161,10 +154,8 @@ def link_device(table: EventTable, raw: RawSession) -> DeviceEvents:
     names = device_event_names(work, raw.device_names)
     n = len(work)
     launch = np.full(n, -1, dtype=np.int64)
-    corr = raw.correlation
-    if corr is not None and len(table):
-        rec = table.record
-        row_corr = np.where(rec >= 0, corr[np.maximum(rec, 0)], 0).astype(np.int64)
+    row_corr = table_correlations(table)
+    if row_corr is not None:
         has = np.flatnonzero(row_corr > 0)
         order = has[np.argsort(row_corr[has], kind="stable")]
         sorted_corr = row_corr[order]
@@ -244,15 +235,18 @@ def device_times(table: EventTable, device: DeviceEvents) -> Tuple[np.ndarray, n
     return own, total
 
 
-def session_correlations(session) -> Optional[np.ndarray]:
+def table_correlations(table: EventTable) -> Optional[np.ndarray]:
     """Per table row, the CUDA correlation id of an API call row (0: none); None: none."""
-    table = session.table
-    raw = table.raw
-    corr = getattr(raw, "correlation", None)
+    corr = getattr(table.raw, "correlation", None)
     if corr is None or len(table) == 0:
         return None
     rec = table.record
     return np.where(rec >= 0, np.asarray(corr, dtype=np.int64)[np.maximum(rec, 0)], 0)
+
+
+def session_correlations(session) -> Optional[np.ndarray]:
+    """``table_correlations`` of a session's table."""
+    return table_correlations(session.table)
 
 
 def session_device_times(session) -> Tuple[np.ndarray, np.ndarray]:
@@ -261,12 +255,7 @@ def session_device_times(session) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _cuda_device_type():
-    try:
-        from torch.autograd import DeviceType
-
-        return DeviceType.CUDA
-    except Exception:  # pragma: no cover - torch is a hard dependency
-        return None
+    return DeviceType.CUDA if DeviceType is not None else None
 
 
 def device_key_averages(device: DeviceEvents, *, group_by_input_shape: bool = False,
@@ -326,32 +315,27 @@ def _user_span_rows(device: DeviceEvents, table_names, group_by_input_shape: boo
 def device_function_events(session, first_id: int) -> List:
     """One FunctionEvent per device event (device_type CUDA), ids from ``first_id``."""
     device = session.device
-    base = session.table.base_ns
-    kind = _cuda_device_type()
-    out = []
-    rec = device.records
-    for i, (name, start, end, dev, stream) in enumerate(zip(
-            device.names, rec["start_ns"].tolist(), rec["end_ns"].tolist(),
-            rec["device"].tolist(), rec["stream"].tolist())):
-        ev = DeviceFunctionEvent(id=first_id + i, name=name, thread=stream,
-                                 start_us=(start - base) / 1000.0, end_us=(end - base) / 1000.0)
-        ev.device_index = dev
-        ev.device_resource_id = stream
-        dur = max(end - start, 0) / 1000.0
-        ev.set_device_time(dur, dur, device_type=kind)
-        out.append(ev)
-    spans = device.user_spans
-    for row, dev, stream, start, end in zip(spans["row"].tolist(), spans["device"].tolist(),
-                                            spans["stream"].tolist(), spans["start_ns"].tolist(),
-                                            spans["end_ns"].tolist()):
-        ev = DeviceFunctionEvent(id=first_id + len(out), name=session.table.name(row),
-                                 thread=stream, start_us=(start - base) / 1000.0,
-                                 end_us=(end - base) / 1000.0, is_user_annotation=True,
-                                 scope=SCOPE_USER)
+    table = session.table
+    rec, spans = device.records, device.user_spans
+    out: List[FunctionEvent] = []
+
+    def add(name: str, dev: int, stream: int, start: int, end: int, **user) -> None:
+        ev = DeviceFunctionEvent(id=first_id + len(out), name=name, thread=stream,
+                                 start_us=(start - table.base_ns) / 1000.0,
+                                 end_us=(end - table.base_ns) / 1000.0, **user)
         ev.device_index, ev.device_resource_id = dev, stream
         dur = max(end - start, 0) / 1000.0
-        ev.set_device_time(dur, dur, device_type=kind)
+        ev.set_device_time(dur, dur, device_type=_cuda_device_type())
         out.append(ev)
+
+    for name, dev, stream, start, end in zip(
+            device.names, rec["device"].tolist(), rec["stream"].tolist(),
+            rec["start_ns"].tolist(), rec["end_ns"].tolist()):
+        add(name, dev, stream, start, end)
+    for row, dev, stream, start, end in zip(
+            spans["row"].tolist(), spans["device"].tolist(), spans["stream"].tolist(),
+            spans["start_ns"].tolist(), spans["end_ns"].tolist()):
+        add(table.name(row), dev, stream, start, end, is_user_annotation=True, scope=SCOPE_USER)
     return out
 
 
