@@ -41,6 +41,7 @@ from opscope.export.json_rows import JsonRows, StringTable
 from opscope.export.output_path import check_output_path
 from opscope.export.trace_header import trace_header, trace_window
 from opscope.analysis.device import session_correlations
+from opscope.export.units import micros_text as _us
 from opscope.export.device_trace import (row_categories, write_device_events,
                                          write_device_processes)
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
@@ -114,17 +115,6 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
         _write_events(session, header["baseTimeNanoseconds"], _ChunkWriter(f))
         f.write(f'\n  ],\n  "traceName": {json.dumps(path)}\n}}\n'.encode())
     return path
-
-
-def _us(ns: int) -> str:
-    """Nanoseconds as a JSON number of microseconds with three decimals (exact).
-
-    >>> _us(1_234_567), _us(5), _us(-1_500)
-    ('1234.567', '0.005', '-1.500')
-    """
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(ns), 1000)
-    return f"{sign}{q}.{r:03d}"
 
 
 def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> None:

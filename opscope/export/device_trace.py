@@ -22,20 +22,15 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import numpy as np
 
+from opscope.export.units import micros_text as _us
 from opscope.model.device import CATEGORIES, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
 from opscope.model.records import FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME, SCOPE_USER
 
 Line = Callable[[str], None]
-
-
-def _us(ns: int) -> str:
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(int(ns)), 1000)
-    return f"{sign}{q}.{r:03d}"
 
 
 def row_categories(table) -> List[str]:

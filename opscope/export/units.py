@@ -18,6 +18,17 @@ FLOPS_HEADERS = ("FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs")
 FLOP_RATE_UNITS = ("FLOP/s", "KFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s")
 
 
+def micros_text(ns: int) -> str:
+    """Nanoseconds as a JSON number of microseconds with three decimals (exact).
+
+    >>> micros_text(1_234_567), micros_text(5), micros_text(-1_500)
+    ('1234.567', '0.005', '-1.500')
+    """
+    sign = "-" if ns < 0 else ""
+    q, r = divmod(abs(int(ns)), 1000)
+    return f"{sign}{q}.{r:03d}"
+
+
 def format_time(time_us: float, unit: Optional[str] = None) -> str:
     """Microseconds as text with 3 decimals, in ``unit`` or the largest unit reached.
 
