@@ -4,6 +4,12 @@
 ``opscope.export.formats.FORMATS``) and its file suffix; the handler writes it
 with ``prof.export(path, format=name)``.
 
+A handler never stops training: a window it cannot write (a full or read-only
+disk, a folder it cannot create) warns once per handler, in one line naming the
+folder and the error, and ``prof.step()`` goes on; the window stays in memory
+for ``prof.export_*`` to another path. (A user's own ``on_trace_ready`` that
+raises still raises from ``step()``, as torch does.)
+
 Example::
 
     >>> import tempfile, os
@@ -52,7 +58,7 @@ def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
                "a str or None")
     use_gzip = check_bool("tensorboard_trace_handler", "use_gzip", use_gzip)
 
-    def handler(prof) -> None:
+    def write(prof) -> None:
         nonlocal worker_name
         _ensure_folder(folder)
         if not worker_name:
@@ -63,7 +69,7 @@ def tensorboard_trace_handler(dir_name: str, worker_name: Optional[str] = None,
             file_name += ".gz"
         _write(prof, "tensorboard_trace_handler", os.path.join(folder, file_name))
 
-    return handler
+    return _never_fatal("tensorboard_trace_handler", folder, write)
 
 
 def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable:
@@ -80,13 +86,13 @@ def report_handler(dir_name: str, worker_name: Optional[str] = None) -> Callable
     check_type("report_handler", "worker_name", worker_name, (str, type(None)),
                "a str or None")
 
-    def handler(prof) -> None:
+    def write(prof) -> None:
         _ensure_folder(folder)
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         suffix = HANDLER_FORMATS["report_handler"][1]
         _write(prof, "report_handler", os.path.join(folder, f"{worker}.{time.time_ns()}{suffix}"))
 
-    return handler
+    return _never_fatal("report_handler", folder, write)
 
 
 def store_handler(dir_name: str) -> Callable:
@@ -109,14 +115,39 @@ def store_handler(dir_name: str) -> Callable:
     require_pyarrow()
     check_store_folder(folder, create=True)
 
+    def write(prof) -> None:
+        prof.export_store(folder)
+
+    return _never_fatal("store_handler", folder, write)
+
+
+def _never_fatal(name: str, folder: str, write: Callable) -> Callable:
+    """``write(prof)`` as a handler that never raises an ``Exception`` into ``step()``.
+
+    The first failure warns in one line (the handler, the folder, the error);
+    later ones are counted in ``handler.failures`` without a warning each step.
+
+    >>> def full_disk(prof): raise OSError(28, "No space left on device")
+    >>> h = _never_fatal("demo_handler", "/out", full_disk)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     h(None); h(None)
+    >>> len(caught), h.failures
+    (1, 2)
+    """
     def handler(prof) -> None:
         try:
-            prof.export_store(folder)
-        except Exception as exc:  # never harm the job: warn, keep training
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            warnings.warn(f"opscope: store_handler could not write a window to {folder!r}: "
-                          f"{text}", stacklevel=2)
+            write(prof)
+        except Exception as exc:  # never harm the job: warn once, keep the window, go on
+            handler.failures += 1
+            if handler.failures == 1:
+                text = " ".join(str(exc).split()) or type(exc).__name__
+                warnings.warn(f"opscope: {name} could not write a window to {folder!r}: "
+                              f"{text}; training goes on, the window stays in memory for "
+                              f"prof.export_*, and later failures of this handler are not "
+                              f"reported", stacklevel=2)
 
+    handler.failures = 0
     return handler
 
 

@@ -194,9 +194,10 @@ class profile(ProfileResults):
     def step(self) -> None:
         """Mark the start of the next step (iteration).
 
-        An ``on_trace_ready`` that raises propagates from here (as torch does),
-        after the finished cycle's session is kept and the next cycle started,
-        so the schedule goes on at the next ``step()``.
+        A user's own ``on_trace_ready`` that raises propagates from here (as
+        torch does), after the finished cycle's session is kept and the next
+        cycle started, so the schedule goes on at the next ``step()``. opscope's
+        handlers (``opscope.handlers``) never raise here: they warn once.
         """
         if self._owner_pid != os.getpid() or not self._started:
             return
