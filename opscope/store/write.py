@@ -107,6 +107,7 @@ class StoreWriter:
                                  f"{exc.strerror or exc}") from None
         # rank -> [(window, calls of that window)] not yet in its collectives file
         self._pending: Dict[int, List[Tuple[int, List[CollectiveCall]]]] = {}
+        self._written: Dict[int, set] = {}  # rank -> the windows this writer wrote
 
     def __enter__(self) -> "StoreWriter":
         return self
@@ -170,6 +171,7 @@ class StoreWriter:
             self.write_part(name, tables[name], rank, window)
         pending = [(w, c) for w, c in self._pending.get(rank, []) if w != window]
         self._pending[rank] = pending + [(window, list(facts.calls))]
+        self._written.setdefault(rank, set()).add(window)
         return window
 
     def window_holding(self, session: ProfileSession, rank: int,
@@ -183,14 +185,18 @@ class StoreWriter:
         return None
 
     def write_collectives(self, rank: int, facts: RankFacts) -> None:
-        """Write ``rank``'s collectives (``facts.calls``, all its windows) now.
+        """Write ``rank``'s collectives (``facts.calls``, all its windows) now; the calls
+        the store holds for the rank's other windows (an append) are kept.
 
         A call's window is the window written with it (``write_window``'s
         ``facts``), else the last window starting at or before its arrival.
         """
-        windows = {id(c): w for w, calls in self._pending.pop(rank, []) for c in calls}
+        pending = self._pending.pop(rank, [])
+        windows = {id(c): w for w, calls in pending for c in calls}
+        mine = {w for w, _ in pending} | self._written.get(rank, set())
         starts = self._window_starts(rank)
-        rows = []
+        # the calls of the windows the store held before this writer (an append) stay
+        rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in mine]
         for call in facts.calls:
             w = windows.get(id(call))
             if w is None:
