@@ -41,3 +41,58 @@ def test_an_append_keeps_the_earlier_windows_collectives(tmp_path):
     assert collectives_per_window(tmp_path / "store") == [(0, 3)]
     convert([str(tmp_path / "b.rank0.json")], str(tmp_path / "store"))
     assert collectives_per_window(tmp_path / "store") == [(0, 3), (1, 3)]
+
+
+def tiny_store(path) -> str:
+    """A store of one rank, two small windows (no torch run: a synthetic session)."""
+    from opscope.analysis.build import build_session
+    from opscope.model.records import NO_INPUTS, SCOPE_USER, RawSession, records_from_rows
+    from opscope.store.write import StoreWriter
+
+    rows = [(0, 100, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+            (10, 60, -1, 1, 0, 0, 1, NO_INPUTS, 0, 0, 0),
+            (60, 90, -1, 2, 0, 0, 1, NO_INPUTS, 0, 0, 0)]
+    with StoreWriter(path) as writer:
+        for k in range(2):
+            raw = RawSession(records_from_rows(rows), [], [7],
+                             ["ProfilerStep#1", "aten::mm", "aten::add"], 0, 100, k * 1000)
+            writer.write_window(build_session(raw))
+    return str(path)
+
+
+def run_verb(capsys, *argv) -> tuple:
+    """(exit status, stdout, stderr) of ``opscope ARGV`` run in this process."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli_main.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def set_sessions_field(store: str, field: str, text: str) -> None:
+    """Put ``text`` into ``field`` of every sessions row of ``store``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for w in (0, 1):
+        path = os.path.join(store, "sessions", "rank=0", f"window={w}", "part-0.parquet")
+        table = pq.read_table(path)
+        i = table.schema.get_field_index(field)
+        pq.write_table(table.set_column(i, table.schema.field(i), pa.array([text])), path)
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("field", ["marker", "extras", "metadata", "options", "rank_facts"])
+def test_deeply_nested_json_is_one_line_in_every_verb(field, tmp_path, capsys):
+    store = tiny_store(tmp_path / "store")
+    if field == "marker":
+        (tmp_path / "store" / "opscope-store.json").write_text(DEEP[:30_000] + DEEP[-30_000:])
+    else:
+        set_sessions_field(store, field, DEEP)
+    for verb in (["query", store, "SELECT count(*) FROM events"], ["table", store],
+                 ["report", store, "-o", tmp_path / "r.html"], ["ranks", store]):
+        status, _, err = run_verb(capsys, *verb)
+        assert "Traceback" not in err and "RecursionError" not in err
+        assert status == 0 or (status == 2 and err.count("\n") == 1), (verb[0], err)

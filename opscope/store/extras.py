@@ -28,7 +28,7 @@ from opscope.model.memory import SIGHTING_DTYPE
 from opscope.model.modules import ModuleCall, ModuleInfo
 from opscope.model.records import FLAG_PYTHON_FUNCTION, RECORD_DTYPE
 from opscope.model.session import ProfileSession
-from opscope.store.schema import StoreError
+from opscope.store.schema import StoreError, load_json
 
 # a hidden record: its record index, name and RECORD_DTYPE fields (session clock)
 HIDDEN_FIELDS = ("start_ns", "end_ns", "seq_nr", "thread_index", "fwd_thread_id",
@@ -79,7 +79,7 @@ def _list(doc: dict, key: str, where: str) -> list:
 def read_extras(text: str, where: str = "store") -> Dict[str, Any]:
     """The parts of an ``extras`` text, typed; StoreError naming ``where`` when malformed."""
     try:
-        doc = json.loads(text or "{}")
+        doc = load_json(text or "{}")
         if not isinstance(doc, dict):
             raise TypeError("not an object")
         modules = doc.get("modules")

@@ -18,13 +18,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from typing import List, Optional
 
-from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, part_path,
-                                  require_pyarrow)
+from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, load_json,
+                                  part_path, require_pyarrow)
 
 
 def check_store_folder(path: str, *, create: bool) -> str:
@@ -68,7 +67,7 @@ def read_marker(path: str) -> dict:
         if not stat.S_ISREG(os.lstat(marker).st_mode):
             raise ValueError("not a regular file")
         with open(marker, encoding="utf-8") as f:
-            doc = json.loads(f.read(1 << 16))
+            doc = load_json(f.read(1 << 16))
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path!r} is not an opscope store ({MARKER}: {exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

@@ -22,12 +22,11 @@ Example::
 
 from __future__ import annotations
 
-import json
 from typing import Callable, Dict, List, Optional
 
 from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.rank_traces import DEFAULT_GROUP, RankFacts
-from opscope.store.schema import StoreError
+from opscope.store.schema import StoreError, load_json
 
 _INT_FACTS = ("steps", "step_ns", "compute_ns", "comm_ns", "overlap_ns")
 
@@ -40,7 +39,7 @@ def facts_of_window(rank: int, path: str, world_size: Optional[int], text: Optio
                     store: str) -> RankFacts:
     """The RankFacts of one window from its ``sessions.rank_facts`` JSON (calls apart)."""
     try:
-        doc = json.loads(text) if text else {}
+        doc = load_json(text) if text else {}
     except ValueError:
         doc = None
     if not isinstance(doc, dict):

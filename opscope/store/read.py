@@ -39,7 +39,7 @@ from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSess
 from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.store.extras import read_extras
 from opscope.store.folder import check_store_folder, partition_values, read_part
-from opscope.store.schema import StoreError, require_pyarrow
+from opscope.store.schema import StoreError, load_json, require_pyarrow
 
 
 def windows(store: "str | os.PathLike[str]") -> List[Tuple[int, int]]:
@@ -129,7 +129,7 @@ def _input_blobs(events, inputs, rows: np.ndarray, thread_index: np.ndarray,
 
 def _json(text: Optional[str], what: str, where: str, default: Any) -> Any:
     try:
-        value = json.loads(text) if text else default
+        value = load_json(text) if text else default
     except ValueError:
         raise StoreError(f"{where}: sessions.{what} is not JSON") from None
     if not isinstance(value, type(default)):

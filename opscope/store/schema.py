@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Dict, Optional, Tuple
 
@@ -119,6 +120,23 @@ _DUCKDB_TYPES = {"int8": "TINYINT", "int32": "INTEGER", "int64": "BIGINT", "stri
 
 class StoreError(ValueError):
     """A path that is not a store, a store that cannot be read or written, or missing deps."""
+
+
+def load_json(text: str):
+    """``json.loads(text)``, with a document nested too deeply for Python's parser raising
+    ValueError as any other malformed text does (a store's JSON fields are not trusted).
+
+    >>> load_json('{"a": [1]}')
+    {'a': [1]}
+    >>> load_json("[" * 100_000 + "]" * 100_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: JSON nested too deeply
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def duckdb_type(kind: str) -> str:

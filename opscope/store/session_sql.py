@@ -33,12 +33,11 @@ Example::
 
 from __future__ import annotations
 
-import json
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from opscope.model.session import OPTION_NAMES
 from opscope.store.aggregate_sql import chosen_sql
-from opscope.store.schema import StoreError
+from opscope.store.schema import StoreError, load_json
 
 ALL = "all"
 
@@ -61,7 +60,7 @@ class StoreWindow(NamedTuple):
 
 def _options(text: Optional[str]) -> Dict[str, bool]:
     try:
-        doc = json.loads(text or "{}")
+        doc = load_json(text or "{}")
     except ValueError:
         doc = {}
     doc = doc if isinstance(doc, dict) else {}

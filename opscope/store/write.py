@@ -44,7 +44,8 @@ from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.store.folder import check_store_folder, partition_values
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
-                                  arrow_schema, parquet_options, part_path, require_pyarrow)
+                                  arrow_schema, load_json, parquet_options, part_path,
+                                  require_pyarrow)
 from opscope.store.tables import arrow_table, window_tables
 
 
@@ -276,7 +277,7 @@ def _group_of_rank(store: str, rank: int) -> Optional[Tuple[str, Dict[str, List[
     rows = sorted(sessions_of_rank(store, rank), key=lambda r: int(r["window"]))
     for row in reversed(rows):
         try:
-            facts = json.loads(row.get("rank_facts") or "null")
+            facts = load_json(row.get("rank_facts") or "null")
         except ValueError:
             continue
         if isinstance(facts, dict) and isinstance(facts.get("group"), str):
