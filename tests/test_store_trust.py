@@ -96,3 +96,73 @@ def test_deeply_nested_json_is_one_line_in_every_verb(field, tmp_path, capsys):
         status, _, err = run_verb(capsys, *verb)
         assert "Traceback" not in err and "RecursionError" not in err
         assert status == 0 or (status == 2 and err.count("\n") == 1), (verb[0], err)
+
+
+# ``opscope convert`` in a child that stops (sleeps) right after writing ``table`` of
+# ``window``: the test kills it there, as a crash or kill -9 in the middle would
+PAUSED_CONVERT = """\
+import sys, time
+from opscope.store import write
+real = write.StoreWriter.write_part
+def write_part(self, table, data, rank, window=None):
+    real(self, table, data, rank, window)
+    if (table, window) == (sys.argv[1], int(sys.argv[2])):
+        print("paused", flush=True)
+        time.sleep(600)
+write.StoreWriter.write_part = write_part
+from opscope.cli.main import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def kill_convert_after(table: str, window: int, *argv) -> None:
+    """Run ``opscope convert ARGV``, SIGKILL its process group once ``table`` of
+    ``window`` is written (never asserting how long that takes)."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_CONVERT, table, str(window),
+                             "convert", *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 240)
+        line = proc.stdout.readline() if ready else ""
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    assert line == "paused\n", err[-2000:]
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_window_killed_half_written_is_not_in_the_views(tmp_path):
+    from opscope.store import windows
+
+    rank_trace(str(tmp_path / "a.rank0.json"), 0, 1, t0=1000.0)
+    rank_trace(str(tmp_path / "b.rank0.json"), 0, 1, t0=900_000.0)
+    store = tmp_path / "store"
+    convert([str(tmp_path / "a.rank0.json")], str(store))
+    before = connect(store).sql('SELECT "window", count(*) FROM events GROUP BY ALL').fetchall()
+    kill_convert_after("events", 1, tmp_path / "b.rank0.json", "-o", store)
+    assert (store / "events" / "rank=0" / "window=1" / "part-0.parquet").is_file()
+    assert windows(store) == [(0, 0)]
+    con = connect(store)
+    for view in ("events", "inputs", "stacks", "memory", "ops", "steps"):
+        assert con.sql(f'SELECT DISTINCT "window" FROM {view}').fetchall() in ([], [(0,)])
+    assert con.sql('SELECT "window", count(*) FROM events GROUP BY ALL').fetchall() == before
+    convert([str(tmp_path / "b.rank0.json")], str(store))  # the next append writes it whole
+    assert windows(store) == [(0, 0), (0, 1)]
+    assert collectives_per_window(store) == [(0, 3), (1, 3)]
+
+
+def test_the_next_convert_removes_a_killed_converts_temp_folder(tmp_path):
+    rank_trace(str(tmp_path / "a.rank0.json"), 0, 1)
+    kill_convert_after("events", 0, tmp_path / "a.rank0.json", "-o", tmp_path / "new.store")
+    left = [n for n in os.listdir(tmp_path) if n.startswith(".new.store.convert-")]
+    assert len(left) == 1 and not (tmp_path / "new.store").exists()
+    mine = tmp_path / ".new.store.convert-elsewhere-1-abcdefgh"  # another host's: kept
+    mine.mkdir()
+    link = tmp_path / f".new.store.convert-{left[0].split('-')[1]}-999999999-link"
+    link.symlink_to(mine)  # a symlink named like one: not followed, kept
+    convert([str(tmp_path / "a.rank0.json")], str(tmp_path / "new.store"))
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".new.store")) == \
+        sorted([mine.name, link.name])
+    assert (tmp_path / "new.store" / "opscope-store.json").is_file()

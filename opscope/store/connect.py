@@ -78,7 +78,7 @@ from typing import List, Optional, Union
 
 from opscope.store.folder import check_store_folder, partition_values, regular_file_inside
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
-                                  duckdb_type, require_duckdb)
+                                  duckdb_type, part_path, require_duckdb)
 
 DERIVED_VIEWS = {
     "ops": """
@@ -142,7 +142,12 @@ VIEWS = tuple(COLUMNS) + tuple(DERIVED_VIEWS)
 
 def part_files(store: str, table: str) -> List[str]:
     """The Parquet files of ``table``, in rank and window order; a symlink on the way
-    raises StoreError (see ``opscope.store.folder.regular_file_inside``)."""
+    raises StoreError (see ``opscope.store.folder.regular_file_inside``).
+
+    A window's files are listed only when its ``sessions`` file, written last, is
+    there: the rows of a window still being written (or whose writer was killed) are
+    not seen.
+    """
     root = os.path.join(store, table)
     if os.path.islink(root):
         raise StoreError(f"store {store!r}: {root!r} is a symlink; not following it")
@@ -153,7 +158,9 @@ def part_files(store: str, table: str) -> List[str]:
             paths = [os.path.join(folder, PART_FILE)]
         else:
             paths = [os.path.join(folder, f"window={w}", PART_FILE)
-                     for w in partition_values(folder, "window")]
+                     for w in partition_values(folder, "window")
+                     if table == "sessions" or regular_file_inside(
+                         store, part_path(store, "sessions", rank, w))]
         files += [p for p in paths if regular_file_inside(store, p)]
     return files
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import stat
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -127,16 +129,68 @@ def plan(paths: List[str], max_bytes: Optional[int] = None) -> List[PlannedTrace
     return sorted(out)
 
 
+def _temp_prefix(store: str) -> str:
+    """``.<name>.convert-``: the start of a new store's temp folder's name, beside it."""
+    return "." + os.path.basename(os.path.abspath(store)) + ".convert-"
+
+
+def _host() -> str:
+    return "".join(c for c in socket.gethostname() if c.isalnum() or c == ".") or "host"
+
+
+def remove_stale_temps(store: str) -> List[str]:
+    """Remove the temp folders that killed converts of ``store`` left beside it; their paths.
+
+    Only folders named as :func:`_destination` names them
+    (``.<name>.convert-<host>-<pid>-<random>``), made on this host by a process that
+    is gone, owned by this user and not symlinks, are removed.
+    """
+    parent = os.path.dirname(os.path.abspath(store))
+    prefix = _temp_prefix(store)
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        parts = name[len(prefix):].rsplit("-", 2)  # host, pid, mkdtemp's random part
+        path = os.path.join(parent, name)
+        if len(parts) != 3 or parts[0] != _host() or not parts[1].isdigit() \
+                or _alive(int(parts[1])):
+            continue
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, a bad number: leave it
+        return True
+    return True
+
+
 def _destination(store: str) -> Tuple[str, bool]:
     """(folder to write in, whether it is a temp folder to rename onto ``store``)."""
     store = os.fspath(store)
+    remove_stale_temps(store)
     if os.path.lexists(store):
         check_store_folder(store, create=False)  # refuses anything but a store
         return store, False
     parent = os.path.dirname(os.path.abspath(store)) or "."
     if not os.path.isdir(parent):
         raise StoreError(f"store {store!r}: its folder {parent!r} does not exist")
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(store) + ".convert-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=f"{_temp_prefix(store)}{_host()}-{os.getpid()}-", dir=parent)
     return tmp, True
 
 
