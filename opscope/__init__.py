@@ -109,6 +109,19 @@ def _with_torch() -> None:
     track_optimizer_steps()
 
 
+def _install_inductor_notes() -> None:
+    """torch.compile'd CPU kernels as ops, with their modules and source lines: patched into
+    Inductor as torch imports it (``opscope.collect.inductor_install``); never fails import."""
+    try:
+        from opscope.collect.inductor_install import install
+
+        install()
+    except Exception as exc:  # noqa: BLE001  (never break the program's import)
+        import warnings
+
+        warnings.warn(f"opscope: compiled kernels will not be attributed: {exc}", RuntimeWarning)
+
+
 def _make_load_callable() -> None:
     """``opscope.load(path_or_store, rank=None, window=None)``: a saved profile with a live
     one's results API (``session_profile.load``); ``opscope.load.read_trace`` and the
@@ -136,3 +149,4 @@ if on_demand_requested():  # OPSCOPE_ON_DEMAND=1: this process answers `opscope 
     enable_from_environment()
 else:
     after_torch_import(_with_torch)
+_install_inductor_notes()

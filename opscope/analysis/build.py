@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from opscope.analysis.aggregate import filtered_mask
+from opscope.analysis.compiled_modules import with_compiled_modules
 from opscope.analysis.device import link_device, with_api_calls
 from opscope.analysis.flops import event_flops
 from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
@@ -43,6 +44,7 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
     """
     options = kwargs.pop("options", None) or raw.options
     raw = with_api_calls(raw)  # CUDA API calls nest under their ops like any op
+    raw = with_compiled_modules(raw)  # compiled graphs' kernels: their modules and lines
     table = EventTable.from_raw(raw)
     keep = filtered_mask(table)
     if not keep.all():

@@ -74,6 +74,10 @@ def module_owner_rows(session: ProfileSession, is_module: np.ndarray) -> np.ndar
     inside = region >= 0
     attributed = np.zeros(len(table), dtype=bool)
     attributed[inside] = region_owner[region[inside]] >= 0
+    # a module range inside the region itself (a compiled backward graph's, see
+    # analysis.compiled_modules) owns what it holds
+    has_owner = owner >= 0
+    attributed[has_owner] &= region[owner[has_owner]] != region[has_owner]
     owner[attributed] = region_owner[region[attributed]]
     return owner
 

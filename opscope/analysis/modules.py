@@ -32,14 +32,16 @@ Example (times in ns; a Net range holding an fc range holding an addmm)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.analysis.ancestry import nearest_marked_ancestor
+from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
 from opscope.analysis.autograd_links import backward_marks
 from opscope.analysis.facts import event_modules, module_ranges
 from opscope.model.session import ProfileSession
+
+COMPILED_CALL_PREFIX = "## Call CompiledFxGraph "
 
 
 def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:
@@ -135,7 +137,8 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
     owner = event_modules(session)
     call_parent = nearest_marked_ancestor(table.parent, is_module)
 
-    groups, group_of = _call_path_groups(session, rows_idx, call_parent)
+    in_backward = _compiled_backward_ranges(session, is_module)
+    groups, group_of = _call_path_groups(session, rows_idx, call_parent, in_backward)
     dur_us = table.duration_ns / 1000.0
     n_groups = len(groups)
     event_group = np.full(len(table), -1, dtype=np.int64)
@@ -153,6 +156,9 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
     marked = nodes | wrappers
     outermost = marked & (nearest_marked_ancestor(table.parent, marked) < 0)
     backward_direct = direct_sums(dur_us, outermost)
+    if in_backward.any():
+        _move_compiled_backward(table, in_backward, outermost, lookup, event_group,
+                                dur_us, backward_direct)
     flops_direct = (direct_sums(flops.astype(np.float64), np.ones(len(table), bool))
                     if flops is not None else np.zeros(n_groups))
     memory_direct = (direct_sums(memory.astype(np.float64), np.ones(len(table), bool))
@@ -191,10 +197,41 @@ def _own_device_us(session: ProfileSession) -> np.ndarray:
     return session_device_times(session)[0] / 1000.0
 
 
-def _call_path_groups(session: ProfileSession, rows_idx: np.ndarray, call_parent: np.ndarray
-                      ) -> Tuple[List[ModuleRow], Dict[int, int]]:
+def _compiled_backward_ranges(session: ProfileSession, is_module: np.ndarray) -> np.ndarray:
+    """The module ranges that analysis.compiled_modules put inside a compiled backward graph's
+    call: they hold backward time of a module's call path, and are no calls of it."""
+    table = session.table
+    calls = table.named_like(COMPILED_CALL_PREFIX)
+    if not calls.any() or not is_module.any():
+        return np.zeros(len(table), dtype=bool)
+    in_graph = nearest_marked_ancestor(table.parent, calls) >= 0
+    nodes, wrappers = backward_marks(table)
+    in_region = nearest_marked(table.parent, nodes | wrappers) >= 0
+    return is_module & in_graph & in_region
+
+
+def _move_compiled_backward(table: Any, in_backward: np.ndarray, outermost: np.ndarray,
+                            lookup: np.ndarray, event_group: np.ndarray, dur_us: np.ndarray,
+                            backward_direct: np.ndarray) -> None:
+    """Backward time inside compiled backward graphs, from the node's module (the one
+    that called the compiled forward) to the modules of the kernels, each its own part."""
+    rows = np.flatnonzero(in_backward)
+    up = nearest_marked_ancestor(table.parent, in_backward)[rows]
+    child = np.zeros(len(table))
+    np.add.at(child, up[up >= 0], dur_us[rows[up >= 0]])
+    groups = lookup[rows]
+    ok = groups >= 0
+    np.add.at(backward_direct, groups[ok], dur_us[rows[ok]] - child[rows[ok]])
+    outer = rows[up < 0]
+    region_group = event_group[nearest_marked(table.parent, outermost)[outer]]
+    moved = region_group >= 0
+    np.add.at(backward_direct, region_group[moved], -dur_us[outer[moved]])
+
+
+def _call_path_groups(session: ProfileSession, rows_idx: np.ndarray, call_parent: np.ndarray,
+                      in_backward: np.ndarray) -> Tuple[List[ModuleRow], Dict[int, int]]:
     """One row per call path of the module ranges (forward time and calls summed), and the
-    group of each module range row."""
+    group of each module range row (a compiled backward graph's: no call, no forward time)."""
     table = session.table
     group_of: Dict[int, int] = {}
     groups: List[ModuleRow] = []
@@ -216,8 +253,9 @@ def _call_path_groups(session: ProfileSession, rows_idx: np.ndarray, call_parent
             if parent_group >= 0:
                 groups[parent_group].children.append(g)
         group_of[row] = g
-        groups[g].count += 1
-        groups[g].forward_time_total += float(dur_us[row])
+        if not in_backward[row]:
+            groups[g].count += 1
+            groups[g].forward_time_total += float(dur_us[row])
     return groups, group_of
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from opscope.analysis.ancestry import nearest_marked
 from opscope.analysis.autograd_links import forward_ops
 from opscope.model.events import EventTable
-from opscope.model.records import NO_STACK, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
+from opscope.model.records import (FLAG_SOURCE_STACK, NO_STACK, SCOPE_BACKWARD_FUNCTION,
+                                   SCOPE_FUNCTION)
 
 
 def backward_stack_ids(table: EventTable) -> np.ndarray:
@@ -40,7 +41,7 @@ def backward_stack_ids(table: EventTable) -> np.ndarray:
     sid[bwd[found]] = sid[fwd[found]]
     # ops under a backward node (not themselves nodes) take the nearest node's stack
     node = nearest_marked(table.parent, is_bwd)
-    under = (node >= 0) & ~is_bwd
+    under = (node >= 0) & ~is_bwd & ((table.flags & FLAG_SOURCE_STACK) == 0)
     sid[under] = sid[node[under]]
     return sid
 

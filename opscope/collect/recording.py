@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.flight_recorder import flight_recorder_rows
+from opscope.collect.inductor_sites import compiled_sites
 from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
@@ -149,6 +150,7 @@ class Recording:
             metadata=metadata, memory_sightings=None,
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
         extra.update(probe_fields)
+        extra["compiled_sites"] = compiled_sites(raw.names)
         return dataclasses.replace(raw, **extra)
 
     def discard(self) -> None:

@@ -44,6 +44,7 @@ FLAG_MEMORY = 4  # a top-level "[memory]" event: an allocation made outside any 
 FLAG_PYTHON_FUNCTION = 8  # a saved trace's ``python_function`` event (torch's with_stack)
 FLAG_CUDA_RUNTIME = 16  # a CUDA runtime API call (a device collector's, on its host thread)
 FLAG_CUDA_DRIVER = 32  # a CUDA driver API call
+FLAG_SOURCE_STACK = 64  # its stack is final: a compiled kernel's model source lines
 
 # One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator
 # (observer.cpp: MemRecord). device_type is c10::DeviceType (0: CPU).
@@ -255,6 +256,10 @@ class RawSession:
     device_names: List[str] = field(default_factory=list)
     device_threads: Dict[int, int] = field(default_factory=dict)
     correlation: Optional[np.ndarray] = None
+    # torch.compile'd graphs (a live recording's): per "## Call CompiledFxGraph <key> ##"
+    # name, the call sites Inductor noted for each graph under that key (None: none noted);
+    # see opscope.collect.inductor_sites and opscope.analysis.compiled_modules.
+    compiled_sites: Optional[Dict[str, List[Any]]] = None
 
     @classmethod
     def empty(cls) -> "RawSession":

@@ -1,0 +1,92 @@
+"""Install opscope's notes into Inductor as torch imports it: no flag, no eager import.
+
+``install()`` (run by ``import opscope``) asks, for each Inductor module, to be
+called once it is imported (``opscope.torch_import.after_import``): a program that
+never compiles never imports Inductor because of opscope. Then:
+
+- ``torch._inductor.config``: ``cpp.enable_kernel_profile`` is turned on, so each
+  generated CPU kernel opens a range, unless the user set
+  ``TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE`` themselves or ``OPSCOPE_KERNEL_RANGES=0``;
+- ``torch._inductor.debug`` and the codegen modules that imported its provenance hook
+  by name: the hook notes each call site (``opscope.collect.inductor_sites``);
+- ``torch._inductor.output_code``: ``CompiledFxGraph.post_compile`` registers each
+  compiled graph, fresh or from the cache.
+
+Where a torch lacks one of these, nothing is patched there and its graphs stay at
+graph level (``opscope.collect.inductor_sites``).
+
+Example::
+
+    >>> import os
+    >>> kernel_ranges_wanted({"OPSCOPE_KERNEL_RANGES": "0"})
+    False
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from opscope.collect import inductor_sites
+from opscope.torch_import import after_import
+
+OPT_OUT_ENV = "OPSCOPE_KERNEL_RANGES"
+TORCH_FLAG_ENV = "TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"
+PROVENANCE = "set_kernel_post_grad_provenance_tracing"
+_CODEGEN_MODULES = ("torch._inductor.codegen.cpp", "torch._inductor.codegen.triton")
+
+
+def kernel_ranges_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """False when ``OPSCOPE_KERNEL_RANGES`` is 0/false/no/off, or the user set torch's own
+    ``TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE`` (theirs wins)."""
+    if environ.get(OPT_OUT_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return TORCH_FLAG_ENV not in environ
+
+
+def _config_imported() -> None:
+    config = sys.modules.get("torch._inductor.config")
+    cpp = getattr(config, "cpp", None)
+    if cpp is not None and hasattr(cpp, "enable_kernel_profile") and kernel_ranges_wanted():
+        cpp.enable_kernel_profile = True
+
+
+def _patch_provenance(module_name: str) -> None:
+    module = sys.modules.get(module_name)
+    original = getattr(module, PROVENANCE, None)
+    if callable(original):
+        setattr(module, PROVENANCE, inductor_sites.wrap_provenance(original))
+
+
+def _debug_imported() -> None:
+    _patch_provenance("torch._inductor.debug")
+
+
+def _output_code_imported() -> None:
+    module = sys.modules.get("torch._inductor.output_code")
+    graph_class = getattr(module, "CompiledFxGraph", None)
+    original = getattr(graph_class, "post_compile", None)
+    if original is None or getattr(original, "_opscope_sites", False):
+        return
+
+    def post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        try:
+            inductor_sites.register_graph(self)
+        except Exception:  # noqa: BLE001  (never break a compile)
+            pass
+        return result
+
+    post_compile._opscope_sites = True  # type: ignore[attr-defined]
+    post_compile.__doc__ = original.__doc__
+    graph_class.post_compile = post_compile
+
+
+def install() -> None:
+    """Have each Inductor module patched once imported (at once if it already is)."""
+    after_import("torch._inductor.config", _config_imported)
+    after_import("torch._inductor.debug", _debug_imported)
+    after_import("torch._inductor.output_code", _output_code_imported)
+    for name in _CODEGEN_MODULES:
+        after_import(name, lambda name=name: _patch_provenance(name))
