@@ -96,11 +96,15 @@ def enable_on_demand(signal: Union[None, int, str] = None) -> None:  # noqa: A00
     Call it from the main thread (signal handlers live there). ``signal``
     picks the signal (default ``$OPSCOPE_ON_DEMAND_SIGNAL`` or SIGUSR2); one
     that already has a handler is refused, so nothing of the program's is
-    replaced. Calling it again does nothing. The native collector is loaded
-    now (compiled on first use), so a trigger does not pause training for it.
+    replaced. Calling it again does nothing. Nothing is loaded or started
+    now: the native collector loads (compiled on first use) on a background
+    thread from the first optimizer step on, and the job's store thread starts
+    once this process is a rank of a job of several ranks.
     """
     global _agent, _listener_id, _previous_handler, _signal_number, _atexit_registered
     number = resolve_signal(signal)
+    import torch  # noqa: F401  (first, unlocked: its import runs opscope's after-torch hooks)
+
     with _lock:
         if _agent is not None and _agent.pid == os.getpid():
             return
@@ -115,23 +119,31 @@ def enable_on_demand(signal: Union[None, int, str] = None) -> None:  # noqa: A00
                                f"enable_on_demand(signal=...)")
         from opscope.step_tracker import StepTracker, track_optimizer_steps
 
-        _warm_up_collector()
         agent = OnDemandAgent(os.getpid())
         control.register(agent.pid, number)
-        agent.job = JobRequests(agent)
+        agent.job_class = JobRequests
         _previous_handler = current
         signal_module.signal(number, agent.on_signal)
         track_optimizer_steps()
         _listener_id = StepTracker.add_listener(agent.on_step)
         _signal_number = number
         _agent = agent
+        if signal_module.getsignal(signal_module.SIGTERM) is signal_module.SIG_DFL:
+            signal_module.signal(signal_module.SIGTERM, _on_sigterm)
         if not _atexit_registered:
             atexit.register(_at_exit)
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:  # runs before Python waits for the threads
+                register(_main_thread_done)
             _atexit_registered = True
 
 
 def disable_on_demand() -> None:
     """Stop serving requests; a window being recorded is written first."""
+    _disable("the process exited")
+
+
+def _disable(why: str) -> None:
     global _agent, _listener_id, _signal_number
     with _lock:
         agent = _agent
@@ -153,7 +165,28 @@ def disable_on_demand() -> None:
         if _signal_number is not None and agent.pid == os.getpid():
             signal_module.signal(_signal_number, _previous_handler or signal_module.SIG_DFL)
         _signal_number = None
-    agent.on_exit()
+        if signal_module.getsignal(signal_module.SIGTERM) is _on_sigterm:
+            signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL)
+    agent.on_exit(why)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM, where the program has no handler of its own: write, then end as SIGTERM does.
+
+    The window being recorded is written, marked partial, and the trigger answered;
+    then the signal's default action ends the process (killed by SIGTERM: status
+    143 in a shell), atexit handlers not run, as without opscope. A second SIGTERM
+    meanwhile ends it at once. A handler the program sets later replaces this one.
+    """
+    signal_module.signal(signum, signal_module.SIG_DFL)
+    try:
+        agent = _agent
+        if agent is not None and agent.pid == os.getpid() and not _lock.locked():
+            _disable("the process was stopped by SIGTERM")
+    except Exception:  # noqa: BLE001  (the process ends as it would have, whatever happened)
+        pass
+    finally:
+        os.kill(os.getpid(), signum)
 
 
 def _forget_in_child() -> None:
@@ -172,21 +205,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def _main_thread_done() -> None:
+    """The main thread has finished: the job's thread stops now, not at its next poll.
+
+    Unless a thread of the program's own still runs (it may still train): then
+    the job's thread stops by itself once that thread has ended.
+    """
+    agent = _agent
+    job = agent.job if agent is not None and agent.pid == os.getpid() else None
+    if job is None:
+        return
+    main = threading.main_thread()
+    if not any(t.is_alive() and not t.daemon and t is not main
+               and not t.name.startswith("opscope-") for t in threading.enumerate()):
+        job.close(wait_s=0.0)
+
+
 def _at_exit() -> None:
     if _agent is not None and _agent.pid == os.getpid():
         disable_on_demand()
-
-
-def _warm_up_collector() -> None:
-    try:
-        from opscope.collect import requested_collector
-
-        if requested_collector() != "python":
-            from opscope.collect.native_build import load_native
-
-            load_native()
-    except Exception:  # noqa: BLE001  (the trigger reports collector problems)
-        pass
 
 
 def on_demand_requested() -> bool:

@@ -15,6 +15,12 @@ armed for the same step range (``arm_job``); its trace is
 ``<host>_<pid>.rank<R>.<time_ns>.pt.trace.json``. Idle, ``on_step`` reads two
 attributes.
 
+Nothing of this runs while Python imports torch or exits: the job's thread starts when
+this process is first seen to be a rank of a job of several ranks (``job_class``), and
+the native collector is loaded (compiled, the first time) on a background thread from
+the first optimizer step or trigger on (:meth:`OnDemandAgent.warm_up`). A request that
+is not a job's waits for that load; a job's request begins at its step regardless.
+
 Example::
 
     >>> agent = OnDemandAgent(pid=1)
@@ -32,6 +38,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from opscope.on_demand import control
+from opscope.on_demand.window_limit import WindowLimit
 from opscope.step_tracker import StepTracker
 
 
@@ -41,11 +48,23 @@ _JOB_FIELDS = ("first_step", "job", "rank", "origin")  # set by on_demand.job on
 class _Window:
     """One request being served: the running profiler and the steps left."""
 
-    def __init__(self, request: Dict[str, Any], profiler: Any, first_step: int):
+    def __init__(self, request: Dict[str, Any], profiler: Any, first_step: int,
+                 metadata: Dict[str, Any]):
         self.request = request
         self.profiler = profiler
         self.first_step = first_step
         self.remaining = int(request["steps"])
+        self.metadata = metadata  # the trace's "onDemand" entry
+
+    def mark_partial(self, steps_recorded: int, why: str) -> None:
+        """Mark the trace as cut short: ``"partial": true`` in its ``onDemand`` entry."""
+        try:
+            self.profiler.add_metadata_json("onDemand", json.dumps(
+                {**self.metadata, "partial": True, "steps_recorded": steps_recorded,
+                 "ended_by": why}))
+        except Exception:  # noqa: BLE001  (the answer's note says it too)
+            pass
+        self.limit = WindowLimit()  # it stops early past its time or byte limit
 
 
 class OnDemandAgent:
@@ -56,7 +75,27 @@ class OnDemandAgent:
         self._armed: List[Dict[str, Any]] = []  # requests waiting for the next step
         self._window: Optional[_Window] = None
         self._writers: List[threading.Thread] = []
-        self.job: Any = None  # on_demand.job.JobRequests, set by enable_on_demand
+        self.job: Any = None  # an on_demand.job.JobRequests, made by job_requests()
+        self.job_class: Any = None  # JobRequests, set by enable_on_demand
+        self._warm_up: Optional[threading.Thread] = None
+
+    def job_requests(self) -> Any:
+        """The job side of this agent, started once this process is a rank of a job; or None."""
+        if self.job is None and self.job_class is not None and self.job_class.in_job():
+            self.job = self.job_class(self)
+        return self.job
+
+    def warm_up(self) -> None:
+        """Load the native collector on a background (daemon) thread, once; never waits."""
+        if self._warm_up is None:
+            self._warm_up = threading.Thread(target=_load_collector, daemon=True,
+                                             name="opscope-collector-warm-up")
+            self._warm_up.start()
+
+    @property
+    def collector_ready(self) -> bool:
+        """True once :meth:`warm_up` has finished (loaded, or failed: the window reports it)."""
+        return self._warm_up is not None and not self._warm_up.is_alive()
 
     @property
     def state(self) -> str:
@@ -80,11 +119,13 @@ class OnDemandAgent:
             return
         for request in requests:
             request = {k: v for k, v in request.items() if k not in _JOB_FIELDS}
+            self.warm_up()
+            job = self.job_requests()
             if not _valid_request(request):
                 self._answer(request, status="error",
                              message="malformed request (steps and output_dir are required)")
-            elif self.job is not None and self.job.in_job():
-                self.job.post(request)
+            elif job is not None and job.in_job():
+                job.post(request)
             else:
                 self.arm(request)
 
@@ -98,43 +139,61 @@ class OnDemandAgent:
             self._armed.append(request)
 
     def arm_job(self, request: Dict[str, Any]) -> None:
-        """Record steps ``first_step`` on of a job request (from the job thread)."""
+        """Record steps ``first_step`` on of a job request (from the job thread).
+
+        It replaces a job request still waiting for its first step: a request
+        whose first step is far ahead never locks the newer ones out.
+        """
         if StepTracker.current_step() >= request["first_step"]:
             self._answer(request, status="error", message=_too_late(
                 request, StepTracker.current_step()))
-        else:
-            self.arm(request)
+            return
+        if self._window is None and self._armed and self._armed[0].get("job"):
+            self._answer(self._armed.pop(0), status="error", message=(
+                f"replaced by a newer request ({request['id']}) before its first step"))
+        self.arm(request)
 
     def on_step(self, step: int) -> None:
         """Called with the new global step after each optimizer step."""
-        job = self.job
+        if self._warm_up is None:
+            self.warm_up()
+        job = self.job_requests()
         if job is not None and job.needs_store:  # once, when the process group exists
             job.open_store()
         window = self._window
         if window is not None:
             window.remaining -= 1
-            if window.remaining <= 0:
-                self._finish(window, step)
+            cut = window.limit.exceeded() if window.remaining > 0 else ""
+            if cut:
+                import warnings
+
+                warnings.warn(f"opscope on-demand: the window {cut}", RuntimeWarning,
+                              stacklevel=2)
+            if window.remaining <= 0 or cut:
+                self._finish(window, step, note=cut or None)
             return
         if self._armed:
             first = self._armed[0].get("first_step")
+            if first is None and not self.collector_ready:
+                return  # a request of this process alone waits for the collector's load
             if first is None or step == first - 1:
                 self._begin(self._armed.pop(0), step)
             elif step >= first:
                 request = self._armed.pop(0)
                 self._answer(request, status="error", message=_too_late(request, step))
 
-    def on_exit(self) -> None:
-        """At interpreter exit: write what was recorded, answer what is still waiting."""
+    def on_exit(self, why: str = "the process exited") -> None:
+        """At interpreter exit (or SIGTERM): write what was recorded, marked partial;
+        answer what is still waiting."""
         window = self._window
         if window is not None:
             done = int(window.request["steps"]) - window.remaining
+            window.mark_partial(done, why)
             self._finish(window, None, in_background=False,
-                         note=f"the process exited after {done} of "
-                              f"{window.request['steps']} steps")
+                         note=f"{why} after {done} of {window.request['steps']} steps")
         for request in self._armed:
             self._answer(request, status="error",
-                         message="the process exited before its next optimizer step")
+                         message=f"{why} before its next optimizer step")
         self._armed = []
         for writer in self._writers:
             writer.join()
@@ -152,17 +211,20 @@ class OnDemandAgent:
         except Exception as exc:  # noqa: BLE001  (answered to the trigger instead)
             self._answer(request, status="error", message=f"cannot start profiling: {exc}")
             return
+        metadata = {"request": request["id"], "steps": int(request["steps"]),
+                    "first_step": step + 1,
+                    **({"origin_rank": request["origin"]} if request.get("job") else {})}
         try:
-            prof.add_metadata_json("onDemand", json.dumps({
-                "request": request["id"], "steps": int(request["steps"]), "first_step": step + 1,
-                **({"origin_rank": request["origin"]} if request.get("job") else {})}))
+            prof.add_metadata_json("onDemand", json.dumps(metadata))
         except Exception:  # noqa: BLE001  (metadata is a nicety)
             pass
-        self._window = _Window(request, prof, step + 1)
+        self._window = _Window(request, prof, step + 1, metadata)
 
     def _finish(self, window: _Window, step: Optional[int], in_background: bool = True,
                 note: Optional[str] = None) -> None:
         self._window = None
+        if note:  # a window cut short is marked so in its trace; one line says why
+            _mark_partial(window.profiler, note)
         try:
             window.profiler.stop()
             session = window.profiler.session
@@ -210,6 +272,25 @@ class OnDemandAgent:
             control.write_result(self.pid, str(request.get("id", "unknown")), **fields)
         except (OSError, ValueError):
             pass  # the trigger reports the missing answer when it times out
+
+
+def _load_collector() -> None:
+    try:
+        from opscope.collect import requested_collector
+
+        if requested_collector() != "python":
+            from opscope.collect.native_build import load_native
+
+            load_native()
+    except Exception:  # noqa: BLE001  (the window's profiler reports collector problems)
+        pass
+
+
+def _mark_partial(profiler: Any, note: str) -> None:
+    try:
+        profiler.add_metadata("onDemandPartial", note)
+    except Exception:  # noqa: BLE001  (metadata is a nicety)
+        pass
 
 
 def _too_late(request: Dict[str, Any], step: int) -> str:
