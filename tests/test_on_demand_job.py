@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from opscope.on_demand.agent import OnDemandAgent
-from opscope.on_demand.job import margin_steps, valid_job_request
+from opscope.on_demand.job import margin_steps
+from opscope.on_demand.job_request import check_job_request
 from opscope.step_tracker import StepTracker
 from subprocesses import run_in_group
 
@@ -51,7 +52,8 @@ def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
     traces = tmp_path / "traces"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        OMP_NUM_THREADS="1", OPSCOPE_ON_DEMAND_DIR=str(control), PYTHONFAULTHANDLER="1")
+        OMP_NUM_THREADS="1", OPSCOPE_ON_DEMAND_DIR=str(control), PYTHONFAULTHANDLER="1",
+        OPSCOPE_ON_DEMAND_OUTPUT=str(traces))  # the job's folder: a job's ranks write there
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "opscope.on_demand", str(SCRIPT), str(tmp_path)]
@@ -140,11 +142,13 @@ def test_margin_covers_the_polls_of_the_other_ranks():
 
 
 @pytest.mark.parametrize("change", [{"id": "../x"}, {"steps": 0}, {"first_step": "9"},
-                                    {"output_dir": "relative"}, {"options": []}])
+                                    {"rank": 1}, {"options": []}])
 def test_malformed_job_requests_are_refused(change):
     request = {**job_request(9), **change}
-    assert not valid_job_request(request)
-    assert valid_job_request(job_request(9))
+    request.pop("rank") if "rank" not in change else None
+    assert check_job_request(request, now_step=0, world_size=2)
+    assert not check_job_request({k: v for k, v in job_request(9).items() if k != "rank"},
+                                 now_step=0, world_size=2)
 
 
 def test_the_trigger_lists_every_rank_and_names_the_missing(tmp_path, capsys):
@@ -157,5 +161,6 @@ def test_the_trigger_lists_every_rank_and_names_the_missing(tmp_path, capsys):
                      "1": {"status": "ok", "trace": str(own)}}}
     assert trigger._report(2, {"status": "ok", "trace": str(own), "job": job}) == 0
     out, err = capsys.readouterr()
-    assert out.split() == ["/elsewhere/h_1.rank0.1.pt.trace.json", str(own)]
+    assert out.split() == [str(own)]  # rank 0's answer names no file of this job's folder
+    assert "rank 0: its answer names '/elsewhere/h_1.rank0.1.pt.trace.json'" in err
     assert f"rank 2 has not answered yet; look for its trace in {tmp_path}" in err

@@ -35,6 +35,7 @@ from opscope.cli.terminal import silence_closed_streams
 from opscope.cli.results import OUTPUTS, REPORT, WindowWriter, print_summary, print_table
 from opscope.cli.torchrun import (SIGTERM_EXIT, SigtermExit, check_not_a_worker, launch,
                                   launch_command, parse_nproc, worker_rank)
+from opscope.on_demand.job_request import set_job_folder
 from opscope.script import run_script, syntax_error
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ def profile_script(args: argparse.Namespace) -> int:
     from opscope.cli.step_hook import after_optimizer_steps
 
     folder = prepare_output_dir(args.output_dir)
+    set_job_folder(folder)  # where an on-demand job trigger writes (never where the store says)
     rank = worker_rank()
     who = "opscope: " if rank is None else f"opscope: rank {rank}: "
     stem = os.path.splitext(os.path.basename(args.script))[0]

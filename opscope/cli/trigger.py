@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import stat
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Dict, List, Tuple
 from opscope.cli.errors import UsageError, print_error
 from opscope.cli.options import add_output_dir, at_least_one, prepare_output_dir
 from opscope.cli.profiling import add_profile_flags, profile_kwargs
+from opscope.cli.terminal import write_text
 
 SUMMARY = "profile the next optimizer steps of a running process (on-demand)"
 DESCRIPTION = """\
@@ -40,8 +42,11 @@ travels as a file in a private folder plus a signal; no network port is used.
 On a torch.distributed job (every rank started with on-demand enabled, e.g.
 'torchrun ... -m opscope.on_demand train.py'), give the PID of any one rank:
 every rank records the same N future steps and writes
-DIR/<host>_<pid>.rank<R>.<time_ns>.pt.trace.json; this command prints every
-rank's trace."""
+<host>_<pid>.rank<R>.<time_ns>.pt.trace.json into the job's own folder (the
+OPSCOPE_ON_DEMAND_OUTPUT set at launch, else the -o of 'opscope run', else
+./opscope-out where the rank runs; never DIR, for the request travels through
+the job's store, which others may reach); this command prints every rank's
+trace found there, and notes the others."""
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 300.0
 POLL_S = 0.05
@@ -180,32 +185,64 @@ def _report(pid: int, result, show_job: bool = True) -> int:
         print_error(f"process {pid} answered ok but its trace {trace!r} {problem}")
         return 1
     if result.get("note"):
-        print(f"opscope: warning: process {pid}: {result['note']}", file=sys.stderr)
+        _warn(f"process {pid}: {result['note']}")
     if show_job and isinstance(result.get("job"), dict):
         return _report_job(pid, result["job"], trace)
-    print(trace, flush=True)
+    write_text(trace + "\n")
     return 0
 
 
+def _warn(text: str) -> None:
+    write_text(f"opscope: warning: {' '.join(str(text).split())}\n", sys.stderr)
+
+
 def _report_job(pid: int, job: dict, own_trace: str) -> int:
-    """Every rank's trace, one per line by rank; one warning line per rank without one."""
+    """Every rank's trace, one per line by rank; one warning line per rank without one.
+
+    The answers of the other ranks came through the job's store, which others
+    may have written: a trace is listed only when it is this job's
+    (:func:`_job_trace_problem`), and every line is printed escaped.
+    """
     ranks = job.get("ranks") if isinstance(job.get("ranks"), dict) else {}
     world = job.get("world_size") if isinstance(job.get("world_size"), int) else len(ranks)
+    folder = job.get("folder") if isinstance(job.get("folder"), str) else ""
     printed = False
     for rank in range(min(max(world, 0), MAX_RANKS_LISTED)):
         answer = ranks.get(str(rank))
         if not isinstance(answer, dict):
-            print(f"opscope: warning: rank {rank} has not answered yet; look for its trace in "
-                  f"{job.get('folder')}", file=sys.stderr)
-        elif answer.get("status") == "ok" and isinstance(answer.get("trace"), str):
-            print(answer["trace"], flush=True)
-            printed = printed or answer["trace"] == own_trace
+            _warn(f"rank {rank} has not answered yet; look for its trace in {folder}")
+            continue
+        trace = answer.get("trace")
+        if answer.get("status") != "ok":
+            _warn(f"rank {rank}: {answer.get('message', 'no trace')}")
+        elif _job_trace_problem(trace, folder, rank):
+            _warn(f"rank {rank}: its answer names {trace!r}, which "
+                  f"{_job_trace_problem(trace, folder, rank)}; not listed")
         else:
-            print(f"opscope: warning: rank {rank}: {answer.get('message', 'no trace')}",
-                  file=sys.stderr)
-    if not printed and own_trace:  # the triggered rank's own, whatever the others said
-        print(own_trace, flush=True)
+            write_text(trace + "\n")
+            printed = printed or trace == own_trace
+    if not printed and own_trace and not _trace_problem(own_trace):
+        write_text(own_trace + "\n")  # the triggered rank's own, whatever the others said
     return 0
+
+
+def _job_trace_problem(trace, folder: str, rank: int) -> str:
+    """Why ``trace`` is not rank ``rank``'s trace in the job's ``folder`` ('' when it is).
+
+    It must be a regular file (no symlink) of this user, directly in the
+    folder, named as a rank's on-demand trace is: ``<host>_<pid>.rank<R>.<ns>.pt.trace.json``.
+    """
+    problem = _trace_problem(trace)
+    if problem:
+        return problem
+    name = os.path.basename(trace)
+    if not re.fullmatch(rf"[^/]*_[0-9]+\.rank{rank}\.[0-9]+\.pt\.trace\.json(\.gz)?", name):
+        return f"is not named as rank {rank}'s trace"
+    if not folder or os.path.realpath(os.path.dirname(trace)) != os.path.realpath(folder):
+        return f"is not in the job's folder {folder!r}"
+    if os.lstat(trace).st_uid != os.getuid():
+        return "belongs to another user"
+    return ""
 
 
 def _trace_problem(trace) -> str:

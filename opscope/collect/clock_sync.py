@@ -13,7 +13,12 @@ to get rank 0's clock (the trace metadata's ``opscopeClockOffsetNs``):
   with the shortest round trip: offset = t_rank0 - (t_send + t_recv) / 2.
 
 Rank 0 writes 0 when some rank is on another host (or with the variable
-set). Where torchrun's ``LOCAL_WORLD_SIZE`` equals the world size every rank
+set). Whoever reaches the store could plant answers, so an estimate is kept
+only when it is what the ranks measured (:func:`checked_offset`): every
+answer a time, rank 0's times consistent with every round trip (the true
+offset lies within each one's bounds, so the bounds must overlap), and at
+most :data:`MAX_OFFSET_NS` (a minute). Anything else is refused, and the
+trace says why in one warning line. Where torchrun's ``LOCAL_WORLD_SIZE`` equals the world size every rank
 is on one host and nothing is exchanged. A rank whose rank 0 does not
 answer writes nothing and warns in one line. ``OPSCOPE_CLOCK_SYNC=0`` turns
 it off. Starting costs a thread; ``offset()`` at stop waits at most
@@ -23,6 +28,8 @@ Example::
 
     >>> estimate_offset([(100, 1000, 140), (200, 1060, 210)])  # the 10 ns round trip wins
     855
+    >>> checked_offset([(100, 1000, 140), (200, 1100, 210)])  # consistent: both bound 895
+    (895, '')
     >>> ClockSync.start() is None   # no process group here: nothing to do
     True
 """
@@ -30,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -48,6 +56,10 @@ ANSWER_AFTER_STOP_S = 3.0  # rank 0 answers this long after its own stop, for la
 IDLE_POLL_S = 0.02  # rank 0, between pings
 BUSY_POLL_S = 0.0005  # rank 0 just after a ping; a rank waiting for its answer
 BUSY_FOR_S = 1.0
+
+MAX_OFFSET_NS = 60 * 10**9  # clocks of one job a minute apart: not a measurement
+SLACK_NS = 1000  # rounding and clock slew between the bounds of two round trips
+_UNIX_NS = re.compile(r"[0-9]{1,19}")
 
 Sample = Tuple[int, int, int]  # (t_send, t_rank0, t_recv), Unix ns
 
@@ -72,6 +84,27 @@ def estimate_offset(samples: Sequence[Sample]) -> Optional[int]:
         return None
     send, rank0, recv = min(samples, key=lambda s: s[2] - s[0])
     return rank0 - (send + recv) // 2
+
+
+def checked_offset(samples: Sequence[Sample]) -> Tuple[Optional[int], str]:
+    """``(offset, '')`` when ``samples`` are a measurement; ``(None, why)`` otherwise.
+
+    Each sample bounds the offset to ``[t_rank0 - t_recv, t_rank0 - t_send]``;
+    answers planted in the store, not given by rank 0 while this rank waited,
+    give bounds that do not overlap (or an offset over a minute).
+    """
+    offset = estimate_offset(samples)
+    if offset is None:
+        return None, ""
+    low = max(rank0 - recv for _, rank0, recv in samples)
+    high = min(rank0 - send for send, rank0, _ in samples)
+    if len(samples) < 2 or low > high + SLACK_NS:
+        return None, (f"rank 0's {len(samples)} answers do not fit the round trips "
+                      f"measured (refused: answers in the job's store that rank 0 did not give?)")
+    if abs(offset) > MAX_OFFSET_NS:
+        return None, (f"the measured offset {offset / 1e9:.3g} s is over "
+                      f"{MAX_OFFSET_NS // 10**9} s (refused)")
+    return offset, ""
 
 
 def launched_on_one_host(world_size: int) -> bool:
@@ -168,15 +201,15 @@ class ClockSync:
         answered = _Answered.value
         busy_until = 0.0
         while not self._stopped() and time.monotonic() < self._answer_until:
-            count = store.add(key("clock", "pings"), 0)
-            if count > answered:
+            count = store.count(key("clock", "pings"))
+            if count is not None and count > answered:
                 now = time.time_ns()
                 for n in range(max(answered + 1, count - 1024), count + 1):
                     store.set(key("clock", "pong", n), str(now))
                 answered = _Answered.value = count
                 busy_until = time.monotonic() + BUSY_FOR_S
             if self._result is None and (self.mode == "on"
-                                         or store.add(key("clock", "remote"), 0) > 0):
+                                         or (store.count(key("clock", "remote")) or 0) > 0):
                 self._result = 0
             self._stop.wait(BUSY_POLL_S if time.monotonic() < busy_until else IDLE_POLL_S)
 
@@ -189,20 +222,25 @@ class ClockSync:
                 return None
             if rank0_host == socket.gethostname():
                 return None  # one host, one clock
-            store.add(key("clock", "remote"), 1)
+            store.increment(key("clock", "remote"))
         samples: List[Sample] = []
         for i in range(SAMPLES):
             sample = self._ping(store, ANSWER_WAIT_S if i == 0 else SAMPLE_WAIT_S)
-            if sample is None:
+            if sample is None or sample[1] < 0:
                 break
             samples.append(sample)
+        if sample is not None and sample[1] < 0:
+            self.problem = "an answer in the job's store is not a time (refused)"
+            return None
         if not samples and not self._stopped():
             self.problem = f"rank 0 did not answer within {ANSWER_WAIT_S:g} s"
-        return estimate_offset(samples)
+        offset, why = checked_offset(samples)
+        self.problem = why or self.problem
+        return offset
 
     def _ping(self, store: JobStore, wait_s: float) -> Optional[Sample]:
         send = time.time_ns()
-        n = store.add(key("clock", "pings"), 1)
+        n = store.increment(key("clock", "pings"))
         pong = key("clock", "pong", n)
         deadline = time.monotonic() + wait_s
         while not store.has(pong):
@@ -212,7 +250,9 @@ class ClockSync:
         recv = time.time_ns()
         answer = store.get(pong)
         store.delete(pong)
-        return (send, int(answer), recv) if answer is not None else None
+        if answer is None:
+            return None
+        return (send, int(answer) if _UNIX_NS.fullmatch(answer) else -1, recv)
 
     def _wait_for(self, store: JobStore, name: str, wait_s: float,
                   poll_s: float) -> Optional[str]:

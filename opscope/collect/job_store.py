@@ -7,8 +7,11 @@ ranks already reach it. :func:`open_job_store` gives a :class:`JobStore` only
 while ``torch.distributed`` is initialised with more than one rank; else None.
 
 Every key is under ``opscope/``. opscope uses only calls that answer at
-once: ``set``, ``add``, ``compare_set``, ``delete_key``, ``check``, and ``get`` of
-a key ``check`` found. Where the Store has ``clone()`` (torch 2.8 and later)
+once: ``set``, ``compare_set``, ``delete_key``, ``check``, and ``get`` of a key
+``check`` found. Anyone who reaches the store may have written any key, so
+counters are read with ``get`` and parsed strictly (:func:`parse_count`), and
+raised with ``compare_set`` (:meth:`JobStore.increment`): never with ``add``,
+for the store drops a connection that adds to a value that is not a number. Where the Store has ``clone()`` (torch 2.8 and later)
 each JobStore is a clone with its own connection and a short timeout, so an
 opscope thread never holds the job's client lock; on older torch it shares
 the job's client, where those calls hold its lock only briefly. Threads that
@@ -21,6 +24,8 @@ Example::
     True
     >>> key("clock", "pong", 3)
     'opscope/clock/pong/3'
+    >>> parse_count("42"), parse_count("4 2"), parse_count("9" * 40)
+    (42, None, None)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import re
 import sys
 import threading
 import warnings
@@ -41,6 +47,9 @@ _main_finished = threading.Event()  # set when the main thread has finished (thr
 _hooked = False
 _threads: List[threading.Thread] = []
 _warned = set()
+MAX_COUNT_DIGITS = 18  # a counter's value: decimal digits, below 10**18
+INCREMENT_TRIES = 16  # compare_set attempts while other ranks raise the same counter
+_COUNT = re.compile(r"[0-9]{1,%d}" % MAX_COUNT_DIGITS)
 
 
 def key(*parts: Any) -> str:
@@ -53,6 +62,13 @@ def warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         warnings.warn(f"opscope: {message}", RuntimeWarning, stacklevel=3)
+
+
+def parse_count(text: Optional[str]) -> Optional[int]:
+    """A counter's value: 0 for an unset key, None for anything but 1 to 18 decimal digits."""
+    if text is None:
+        return 0
+    return int(text) if _COUNT.fullmatch(text) else None
 
 
 def job_ranks() -> Optional[Tuple[int, int]]:
@@ -113,9 +129,27 @@ class JobStore:
             return None
         return bytes(self._store.get(name)).decode("utf-8", "replace")
 
-    def add(self, name: str, amount: int) -> int:
-        """Add ``amount`` to the counter ``name``; its new value (``amount`` 0 reads it)."""
-        return int(self._store.add(name, int(amount)))
+    def count(self, name: str) -> Optional[int]:
+        """The counter ``name``: 0 while unset, None when it holds anything but a count."""
+        return parse_count(self.get(name))
+
+    def increment(self, name: str) -> int:
+        """Raise the counter ``name`` by one; its new value.
+
+        A value that is not a count (someone else's junk) is replaced, and the
+        count starts again from 1: readers take a counter that went back as a
+        restart. Raises RuntimeError when other writers keep changing it.
+        """
+        for _ in range(INCREMENT_TRIES):
+            text = self.get(name)
+            current = parse_count(text)
+            if current is None or current + 1 >= 10 ** MAX_COUNT_DIGITS:
+                self.set(name, "0")
+                continue
+            desired = str(current + 1)
+            if self.compare_set(name, "" if text is None else text, desired) == desired:
+                return current + 1
+        raise RuntimeError(f"the counter {name} kept changing under {INCREMENT_TRIES} tries")
 
     def compare_set(self, name: str, expected: str, desired: str) -> str:
         """Set ``name`` to ``desired`` if it holds ``expected`` ('' : unset); the value after."""

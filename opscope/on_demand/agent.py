@@ -55,6 +55,7 @@ class _Window:
         self.first_step = first_step
         self.remaining = int(request["steps"])
         self.metadata = metadata  # the trace's "onDemand" entry
+        self.limit = WindowLimit()  # it stops early past its time or byte limit
 
     def mark_partial(self, steps_recorded: int, why: str) -> None:
         """Mark the trace as cut short: ``"partial": true`` in its ``onDemand`` entry."""
@@ -64,7 +65,6 @@ class _Window:
                  "ended_by": why}))
         except Exception:  # noqa: BLE001  (the answer's note says it too)
             pass
-        self.limit = WindowLimit()  # it stops early past its time or byte limit
 
 
 class OnDemandAgent:
@@ -164,11 +164,12 @@ class OnDemandAgent:
         if window is not None:
             window.remaining -= 1
             cut = window.limit.exceeded() if window.remaining > 0 else ""
-            if cut:
+            if cut:  # marked partial in its trace; one line says why
                 import warnings
 
                 warnings.warn(f"opscope on-demand: the window {cut}", RuntimeWarning,
                               stacklevel=2)
+                window.mark_partial(int(window.request["steps"]) - window.remaining, cut)
             if window.remaining <= 0 or cut:
                 self._finish(window, step, note=cut or None)
             return
@@ -223,8 +224,6 @@ class OnDemandAgent:
     def _finish(self, window: _Window, step: Optional[int], in_background: bool = True,
                 note: Optional[str] = None) -> None:
         self._window = None
-        if note:  # a window cut short is marked so in its trace; one line says why
-            _mark_partial(window.profiler, note)
         try:
             window.profiler.stop()
             session = window.profiler.session
@@ -283,13 +282,6 @@ def _load_collector() -> None:
 
             load_native()
     except Exception:  # noqa: BLE001  (the window's profiler reports collector problems)
-        pass
-
-
-def _mark_partial(profiler: Any, note: str) -> None:
-    try:
-        profiler.add_metadata("onDemandPartial", note)
-    except Exception:  # noqa: BLE001  (metadata is a nicety)
         pass
 
 

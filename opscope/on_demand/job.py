@@ -14,6 +14,12 @@ answers ``opscope trigger`` with every rank's trace.
 
 Store keys (under ``opscope/on_demand/``): ``requests`` (a counter),
 ``request/<n>`` (the n-th request, JSON) and ``answer/<id>/<rank>`` (JSON).
+Anyone who reaches the store may write them, so a request carries no path
+(every rank writes into its own job folder, :func:`job_request.job_folder`),
+it is parsed strictly and bounded (:mod:`opscope.on_demand.job_request`), and
+what does not parse is skipped (one line on rank 0): junk in the counter, a
+jump of it (only the newest :data:`BACKLOG` numbers are read), texts that are
+not requests. Serving never stops.
 Steps are counted by each rank's step tracker since on-demand profiling was
 enabled, so ranks that enable it before training count alike.
 
@@ -21,9 +27,6 @@ Example::
 
     >>> margin_steps([(0.0, 10), (1.0, 30)])   # 20 steps a second, 2 s of margin
     42
-    >>> valid_job_request({"id": "abc123", "steps": 3, "first_step": 9,
-    ...                    "output_dir": "/tmp/t", "options": {}, "origin": 1})
-    True
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
@@ -39,14 +41,17 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from opscope.collect import job_store
 from opscope.collect.job_store import JobStore, key
 from opscope.on_demand import control
+from opscope.on_demand.job_request import (MAX_AHEAD_STEPS, MAX_STEPS, job_folder, job_post,
+                                           parse_answer, parse_job_request)
 from opscope.step_tracker import StepTracker
 
 POLL_S = 0.2
 MARGIN_S = 2.0  # every rank sees a request within a few polls
 MIN_MARGIN_STEPS = 2  # ranks of one job may be a step apart
 GATHER_S = 30.0
-MAX_REQUEST_BYTES = 64 * 1024
 MISSING_REQUEST_S = 10.0  # a counted request whose text never came is skipped after this
+BACKLOG = 64  # the most request numbers read in one poll: after a jump, the newest
+SEEN_IDS = 256  # request ids remembered, so a request read again is not served twice
 
 
 def margin_steps(history: List[Tuple[float, int]]) -> int:
@@ -54,22 +59,8 @@ def margin_steps(history: List[Tuple[float, int]]) -> int:
     rate = 0.0
     if len(history) >= 2 and history[-1][0] > history[0][0]:
         rate = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
-    return MIN_MARGIN_STEPS + int(math.ceil(max(rate, 0.0) * MARGIN_S))
-
-
-def valid_job_request(request: Any) -> bool:
-    """True for a request read from the store that has every field, well typed."""
-    def is_int(value: Any, low: int) -> bool:
-        return type(value) is int and value >= low
-
-    return (isinstance(request, dict)
-            and isinstance(request.get("id"), str)
-            and control.REQUEST_ID.fullmatch(request["id"]) is not None
-            and is_int(request.get("steps"), 1) and is_int(request.get("first_step"), 1)
-            and is_int(request.get("origin"), 0)
-            and isinstance(request.get("output_dir"), str)
-            and os.path.isabs(request["output_dir"])
-            and isinstance(request.get("options", {}), dict))
+    margin = MIN_MARGIN_STEPS + int(math.ceil(max(rate, 0.0) * MARGIN_S))
+    return min(margin, MAX_AHEAD_STEPS // 2)
 
 
 class _Gathering:
@@ -96,7 +87,8 @@ class JobRequests:
         self._store: Optional[JobStore] = None
         self._opened: Optional[JobStore] = None  # opened on the training thread (open_store)
         self._next = 0
-        self._missing_since: Optional[float] = None
+        self._missing: Dict[int, float] = {}  # counted request numbers without text: since
+        self._seen: Deque[str] = collections.deque(maxlen=SEEN_IDS)
         self._thread = job_store.start_thread(self._run, "opscope-on-demand-job")
 
     @staticmethod
@@ -170,7 +162,7 @@ class JobRequests:
             self._store, self._opened = self._opened, None  # a failed store reopens next step
             if self._store is None:
                 return
-            self._next = self._store.add(key("on_demand", "requests"), 0) + 1
+            self._next = (self._store.count(key("on_demand", "requests")) or 0) + 1
         self._history.append((time.monotonic(), StepTracker.current_step()))
         self._flush_outbox(self._store)
         self._read_requests(self._store)
@@ -206,40 +198,54 @@ class JobRequests:
             pass  # the trigger reports the missing answer when it times out
 
     def _post_request(self, store: JobStore, request: Dict[str, Any]) -> None:
+        if int(request["steps"]) > MAX_STEPS:
+            self._refuse(request, f"a job records at most {MAX_STEPS} steps; asked for "
+                                  f"{request['steps']}")
+            return
         # one trigger naming several ranks gives each the same id: the first posts it
         claim = key("on_demand", "claim", request["id"])
         if store.compare_set(claim, "", str(store.rank)) != str(store.rank):
             self._direct[request["id"]] = True
             return
         first = StepTracker.current_step() + margin_steps(list(self._history)) + 1
-        posted = {**request, "first_step": first, "origin": store.rank, "job": True}
-        n = store.add(key("on_demand", "requests"), 1)
+        posted = job_post(request, first, store.rank)
+        n = store.increment(key("on_demand", "requests"))
         store.set(key("on_demand", "request", n), json.dumps(posted))
         self._gathering[posted["id"]] = _Gathering(posted, store.world_size)
 
     def _read_requests(self, store: JobStore) -> None:
-        count = store.add(key("on_demand", "requests"), 0)
-        while self._next <= count:
-            text = store.get(key("on_demand", "request", self._next))
-            if text is None:  # counted, not written yet
-                now = time.monotonic()
-                self._missing_since = self._missing_since or now
-                if now - self._missing_since < MISSING_REQUEST_S:
-                    return
-            else:
-                self._arm_from_store(text, store.rank)
-            self._missing_since = None
-            self._next += 1
-
-    def _arm_from_store(self, text: str, rank: int) -> None:
-        try:
-            request = json.loads(text) if len(text) <= MAX_REQUEST_BYTES else None
-        except ValueError:
-            request = None
-        if not valid_job_request(request):
-            job_store.warn_once("on-demand: ignored a malformed job request in the store")
+        """Serve every request counted since the last poll; skip what does not parse."""
+        count = store.count(key("on_demand", "requests"))
+        if count is None:
+            self._drop(store, "the request counter holds something else than a count")
             return
-        self.agent.arm_job({**request, "rank": rank})
+        if count < self._next - 1 or count - self._next >= BACKLOG:  # restarted, or a jump
+            self._next = max(1, count - BACKLOG + 1)
+        now = time.monotonic()
+        for n in range(self._next, count + 1):
+            self._missing.setdefault(n, now)
+        self._next = count + 1
+        for n, since in sorted(self._missing.items())[-BACKLOG:]:
+            text = store.get(key("on_demand", "request", n))
+            if text is not None:
+                self._arm_from_store(text, store)
+            if text is not None or now - since >= MISSING_REQUEST_S:
+                del self._missing[n]  # served, or counted but never written: skipped
+        for n in sorted(self._missing)[:-BACKLOG]:
+            del self._missing[n]
+
+    def _drop(self, store: JobStore, why: str) -> None:
+        if store.rank == 0:
+            job_store.warn_once(f"on-demand: dropped a job request from the job's store: {why}; "
+                                f"the job goes on")
+
+    def _arm_from_store(self, text: str, store: JobStore) -> None:
+        request, why = parse_job_request(text, StepTracker.current_step(), store.world_size)
+        if request is None:
+            self._drop(store, why)
+        elif request["id"] not in self._seen:
+            self._seen.append(request["id"])
+            self.agent.arm_job({**request, "rank": store.rank, "output_dir": job_folder()})
 
     # -- gathering the answers (on the triggered rank) -------------------------------------
     def _gather(self, store: JobStore) -> None:
@@ -249,7 +255,7 @@ class JobRequests:
                     name = key("on_demand", "answer", request_id, rank)
                     text = store.get(name)
                     if text is not None:
-                        gathering.answers[rank] = _parse_answer(text)
+                        gathering.answers[rank] = parse_answer(text)
                         store.delete(name)
             own = gathering.answers.get(store.rank)
             if own is not None and gathering.deadline is None:
@@ -263,7 +269,7 @@ class JobRequests:
         gathering = self._gathering.pop(request_id)
         own = gathering.answers.get(gathering.request["origin"]) or {
             "status": "error", "message": "this rank did not answer before it stopped"}
-        job = {"folder": gathering.request["output_dir"], "world_size": gathering.world_size,
+        job = {"folder": job_folder(), "world_size": gathering.world_size,
                "first_step": gathering.request["first_step"],
                "ranks": {str(r): a for r, a in sorted(gathering.answers.items())}}
         try:
@@ -275,13 +281,3 @@ class JobRequests:
         for request_id in list(self._gathering):
             self._finish(request_id)
 
-
-def _parse_answer(text: str) -> Dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or value.get("status") not in ("ok", "error"):
-        return {"status": "error", "message": "malformed answer in the job's store"}
-    return {k: v for k, v in value.items() if k in ("status", "trace", "message", "steps",
-                                                    "first_step", "note")}
