@@ -166,3 +166,108 @@ def test_the_next_convert_removes_a_killed_converts_temp_folder(tmp_path):
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".new.store")) == \
         sorted([mine.name, link.name])
     assert (tmp_path / "new.store" / "opscope-store.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def store_and_files(tmp_path_factory):
+    """(a store, a folder beside it holding a secret file and a database path)."""
+    folder = tmp_path_factory.mktemp("sql")
+    (folder / "secret.csv").write_text("word\nswordfish\n")
+    return tiny_store(folder / "store"), folder
+
+
+def outside_sql(folder) -> dict:
+    """SQL reaching past the store: what each should do when files are allowed."""
+    return {
+        "read_csv": f"SELECT word FROM read_csv('{folder}/secret.csv')",
+        "read_text": f"SELECT content FROM read_text('{folder}/secret.csv')",
+        "copy": f"COPY (SELECT 42 AS x) TO '{folder}/copied.csv'",
+        "attach": f"ATTACH '{folder}/other.duckdb' AS other",
+        "url": "SELECT * FROM read_parquet('https://127.0.0.1:1/x.parquet')",
+        "install": "INSTALL httpfs",
+        "load": "LOAD httpfs",
+        "a file of the store's folder": f"SELECT * FROM read_text('{folder}/store/"
+                                        f"opscope-store.json')",
+    }
+
+
+def test_sql_sees_only_the_store_by_default(store_and_files, capsys):
+    store, folder = store_and_files
+    for what, sql in outside_sql(folder).items():
+        status, out, err = run_verb(capsys, "query", store, sql)
+        assert status == 2 and err.count("\n") == 1 and "swordfish" not in out + err, what
+    assert not (folder / "copied.csv").exists() and not (folder / "other.duckdb").exists()
+    for setting in ("enable_external_access = true", "allowed_paths = ['/']",
+                    "autoload_known_extensions = true", "lock_configuration = false"):
+        status, _, err = run_verb(capsys, "query", store, f"SET {setting}")
+        assert status == 2 and "locked" in err, setting
+    status, out, _ = run_verb(capsys, "query", store, "SELECT count(*) AS n FROM ops")
+    assert status == 0 and out.split()[-1] == "6"
+    con = connect(store)
+    with pytest.raises(Exception, match="Permission"):
+        con.sql(outside_sql(folder)["read_csv"]).fetchall()
+    settings = dict(con.sql("SELECT name, value FROM duckdb_settings() WHERE name IN "
+                            "('autoinstall_known_extensions', 'autoload_known_extensions', "
+                            "'enable_external_access', 'lock_configuration')").fetchall())
+    assert settings == {"autoinstall_known_extensions": "false", "enable_external_access":
+                        "false", "autoload_known_extensions": "false",
+                        "lock_configuration": "true"}
+
+
+def test_allow_files_opens_files_but_not_the_network(store_and_files, capsys):
+    store, folder = store_and_files
+    status, out, _ = run_verb(capsys, "query", store, outside_sql(folder)["read_csv"],
+                              "--allow-files")
+    assert status == 0 and "swordfish" in out
+    status, _, _ = run_verb(capsys, "query", store, outside_sql(folder)["copy"],
+                            "--allow-files")
+    assert status == 0 and (folder / "copied.csv").read_text().split() == ["x", "42"]
+    con = connect(store, allow_files=True)
+    assert con.sql("SELECT current_setting('autoload_known_extensions'), "
+                   "current_setting('autoinstall_known_extensions')").fetchall() == \
+        [(False, False)]
+    with pytest.raises(Exception, match="locked"):
+        con.sql("SET autoinstall_known_extensions = true")
+
+
+def test_an_old_duckdb_without_allowed_paths_is_one_line(store_and_files, monkeypatch,
+                                                         capsys):
+    import duckdb
+
+    from opscope.store import sandbox
+
+    real = sandbox.lock_down
+
+    def old_duckdb(con, files, store, *, allow_files):
+        class Old:  # DuckDB 1.1: allowed_paths is an unknown setting
+            def execute(self, sql):
+                if sql.startswith("SET allowed_paths"):
+                    raise duckdb.CatalogException('unrecognized configuration parameter '
+                                                  '"allowed_paths"')
+                return con.execute(sql)
+        return real(Old(), files, store, allow_files=allow_files)
+
+    monkeypatch.setattr(sys.modules["opscope.store.connect"], "lock_down", old_duckdb)
+    store, _ = store_and_files
+    status, _, err = run_verb(capsys, "query", store, "SELECT 1")
+    assert status == 2 and err.count("\n") == 1 and "duckdb>=1.2" in err
+    status, out, _ = run_verb(capsys, "query", store, "SELECT 1 AS one", "--allow-files")
+    assert status == 0 and out.split()[-1] == "1"
+
+
+@pytest.mark.parametrize("name,other", [("job*.store", "jobA.store"),
+                                        ("run[1].store", "run1.store"),
+                                        ("all?.store", "allx.store")])
+def test_a_store_named_with_glob_characters_reads_only_itself(name, other, tmp_path, capsys):
+    tiny_store(tmp_path / other)
+    store = tiny_store(tmp_path / name)
+    with open(os.path.join(store, "sessions", "rank=0", "window=0", "part-0.parquet"),
+              "rb") as f:
+        assert f.read(4) == b"PAR1"
+    for extra in ([], ["--allow-files"]):
+        status, out, err = run_verb(capsys, "query", store,
+                                    "SELECT count(*) AS n FROM events", *extra)
+        assert status == 0 and out.split()[-1] == "6", err
+        status, out, _ = run_verb(capsys, "query", store, "SELECT count(*) AS n FROM sessions",
+                                  *extra)
+        assert status == 0 and out.split()[-1] == "2"

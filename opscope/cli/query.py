@@ -4,7 +4,9 @@ The store's views (``events``, ``ops``, ``steps``, ``collective_ranks`` ...,
 documented in ``opscope.store.connect`` and the README) are defined in an
 in-memory DuckDB connection; the query's rows are printed as an aligned table,
 CSV, or JSON (a list of row objects). A missing store, a path that is not a
-store, or bad SQL exits with status 2 and one line.
+store, or bad SQL exits with status 2 and one line. The SQL reads only the
+store (no other file, no network, no ``SET``); ``--allow-files`` lets it read
+and write the files the user can.
 
 Example::
 
@@ -27,7 +29,8 @@ Run SQL over the opscope store STORE (written by prof.export_store,
 opscope.store_handler or opscope convert) with DuckDB. The views are events,
 inputs, stacks, memory, sessions, collectives, ops, steps and collective_ranks;
 each has rank and "window" columns (quote "window": it is an SQL keyword).
-Times are aligned Unix ns."""
+Times are aligned Unix ns. The SQL sees only the store's files and never the
+network; --allow-files lets it read and write the files you can."""
 BATCH_ROWS = 10_000
 
 
@@ -56,6 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="output: an aligned table (default), CSV, or JSON rows")
     parser.add_argument("--memory-limit", metavar="SIZE", default=None,
                         help="DuckDB's memory limit, e.g. 1GB (it spills to disk beyond it)")
+    parser.add_argument("--allow-files", action="store_true",
+                        help="let the SQL read and write the files you can (read_csv, "
+                             "COPY ... TO, ATTACH); by default it sees only the store")
     parser.set_defaults(handler=main)
 
 
@@ -73,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
     from opscope.store.results import write_result
 
     try:
-        con = connect(args.store, memory_limit=args.memory_limit)
+        con = connect(args.store, memory_limit=args.memory_limit,
+                      allow_files=args.allow_files)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     duckdb = sys.modules["duckdb"]

@@ -74,9 +74,11 @@ Example (a store with one window)::
 from __future__ import annotations
 
 import os
+import sys
 from typing import List, Optional, Union
 
 from opscope.store.folder import check_store_folder, partition_values, regular_file_inside
+from opscope.store.sandbox import CONNECT_CONFIG, literal_path, lock_down, quote
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, part_path, require_duckdb)
 
@@ -165,15 +167,15 @@ def part_files(store: str, table: str) -> List[str]:
     return files
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+def table_sql(store: str, table: str, files: Optional[List[str]] = None) -> str:
+    """The SELECT of one table's view: its columns, then rank (and window) from the folders.
 
-
-def table_sql(store: str, table: str) -> str:
-    """The SELECT of one table's view: its columns, then rank (and window) from the folders."""
+    ``files``: the table's files (default: ``part_files``), each passed as the glob
+    that matches only itself (``sandbox.literal_path``).
+    """
     columns = list(COLUMNS[table])
     extra = [("rank", "int32")] + ([("window", "int32")] if table in WINDOW_TABLES else [])
-    files = part_files(store, table)
+    files = part_files(store, table) if files is None else files
     if not files:
         typed = [f'CAST(NULL AS {duckdb_type(kind)}) AS "{name}"' for name, kind in
                  columns + extra]
@@ -181,40 +183,59 @@ def table_sql(store: str, table: str) -> str:
     hive_types = ", ".join(f"'{name}': 'INTEGER'" for name, _ in extra)
     select = [f'CAST("{name}" AS {duckdb_type(kind)}) AS "{name}"' for name, kind in columns]
     select += [f'"{name}"' for name, _ in extra]
-    listed = ", ".join(_quote(f) for f in files)
+    listed = ", ".join(quote(literal_path(f)) for f in files)
     return (f"SELECT {', '.join(select)} FROM read_parquet([{listed}], "
             f"hive_partitioning = true, hive_types = {{{hive_types}}}, union_by_name = true)")
 
 
-def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str] = None):
+def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str] = None,
+            allow_files: bool = False):
     """A DuckDB connection (in memory) with the views of ``store`` (see the module doc).
 
     ``memory_limit`` (DuckDB's setting, e.g. ``"1GB"``) bounds the memory the
-    queries take; DuckDB spills to disk beyond it. Raises StoreError naming
-    the path when it is not a store, and StoreError saying ``pip install
-    'opscope[store]'`` when duckdb is missing.
+    queries take; DuckDB spills to disk beyond it. The SQL reads only the
+    store's files: no other file, no network, and no setting can be changed
+    (``opscope.store.sandbox``); ``allow_files=True`` lets it read and write the
+    files the user can (``read_csv``, ``COPY ... TO``, ``ATTACH``). Raises
+    StoreError naming the path when it is not a store, and StoreError saying
+    ``pip install 'opscope[store]'`` when duckdb is missing.
     """
     duckdb = require_duckdb()
     path = os.path.abspath(check_store_folder(os.fspath(store), create=False))
     if not os.access(path, os.R_OK | os.X_OK):
         raise StoreError(f"store {os.fspath(store)!r}: permission denied")
-    con = duckdb.connect(":memory:")
-    if memory_limit is not None:
-        try:
-            con.execute(f"SET memory_limit = {_quote(str(memory_limit))}")
-        except duckdb.Error:
-            con.close()
-            raise StoreError(f"memory_limit {memory_limit!r} is not a size DuckDB takes "
-                             f"(e.g. '1GB', '500MB')") from None
-    for name, sql in [(t, table_sql(path, t)) for t in COLUMNS] + list(DERIVED_VIEWS.items()):
-        try:
-            con.execute(f'CREATE VIEW "{name}" AS {sql}')
-        except duckdb.Error as exc:
-            con.close()
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StoreError(f"store {os.fspath(store)!r}: cannot read its {name!r} "
-                             f"table ({first})") from None
+    con = duckdb.connect(":memory:", config=dict(CONNECT_CONFIG))
+    try:
+        _set_memory_limit(con, memory_limit)
+        files = {t: part_files(path, t) for t in COLUMNS}
+        views = [(t, table_sql(path, t, files[t])) for t in COLUMNS]
+        for name, sql in views + list(DERIVED_VIEWS.items()):
+            _create_view(con, name, sql, store)
+        lock_down(con, [f for t in COLUMNS for f in files[t]], os.fspath(store),
+                  allow_files=allow_files)
+    except BaseException:
+        con.close()
+        raise
     return con
+
+
+def _set_memory_limit(con, memory_limit: Optional[str]) -> None:
+    if memory_limit is None:
+        return
+    try:
+        con.execute(f"SET memory_limit = {quote(str(memory_limit))}")
+    except sys.modules["duckdb"].Error:
+        raise StoreError(f"memory_limit {memory_limit!r} is not a size DuckDB takes "
+                         f"(e.g. '1GB', '500MB')") from None
+
+
+def _create_view(con, name: str, sql: str, store) -> None:
+    try:
+        con.execute(f'CREATE VIEW "{name}" AS {sql}')
+    except sys.modules["duckdb"].Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StoreError(f"store {os.fspath(store)!r}: cannot read its {name!r} "
+                         f"table ({first})") from None
 
 
 def _views_doc() -> str:
