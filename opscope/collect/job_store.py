@@ -49,6 +49,7 @@ _threads: List[threading.Thread] = []
 _warned = set()
 MAX_COUNT_DIGITS = 18  # a counter's value: decimal digits, below 10**18
 INCREMENT_TRIES = 16  # compare_set attempts while other ranks raise the same counter
+_UNSET = "-"  # what count() asks compare_set to expect: never a count
 _COUNT = re.compile(r"[0-9]{1,%d}" % MAX_COUNT_DIGITS)
 
 
@@ -130,8 +131,13 @@ class JobStore:
         return bytes(self._store.get(name)).decode("utf-8", "replace")
 
     def count(self, name: str) -> Optional[int]:
-        """The counter ``name``: 0 while unset, None when it holds anything but a count."""
-        return parse_count(self.get(name))
+        """The counter ``name``: 0 while unset, None when it holds anything but a count.
+
+        One round trip, not two (``check``, ``get``): a ``compare_set`` whose expected
+        value is no count answers the value, or that expected value for an unset key.
+        """
+        text = bytes(self._store.compare_set(name, _UNSET, _UNSET)).decode("utf-8", "replace")
+        return parse_count(None if text == _UNSET else text)
 
     def increment(self, name: str) -> int:
         """Raise the counter ``name`` by one; its new value.

@@ -7,8 +7,9 @@ the first optimizer step after it has recorded for :data:`MAX_WINDOW_S`
 seconds or after the process's resident memory grew by
 :data:`MAX_WINDOW_BYTES` since the window began (the collector's buffers are
 most of that growth; the collector is never asked while it records). The
-check runs once per optimizer step while a window records: one clock read
-and one read of ``/proc/self/statm``; nothing on the op path.
+check runs once per optimizer step while a window records: one clock read,
+and a read of ``/proc/self/statm`` at most every :data:`MEMORY_EVERY_S`;
+nothing on the op path.
 
 Example::
 
@@ -25,6 +26,7 @@ from typing import Optional
 
 MAX_WINDOW_S = 600.0
 MAX_WINDOW_BYTES = 2 << 30  # 2 GiB of resident growth
+MEMORY_EVERY_S = 0.5  # resident memory is read at most this often (a read costs ~50 us)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -43,14 +45,19 @@ class WindowLimit:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.resident = resident_bytes()
+        self._memory_read = float("-inf")
 
     def exceeded(self) -> str:
         """Why the window must stop now ('' while it may go on)."""
-        elapsed = time.monotonic() - self.started
+        now_s = time.monotonic()
+        elapsed = now_s - self.started
         if elapsed >= MAX_WINDOW_S:
             return (f"stopped early at its time limit: it recorded for {elapsed:.0f} s "
                     f"(at most {MAX_WINDOW_S:g} s)")
-        now = resident_bytes() if self.resident is not None else None
+        if self.resident is None or now_s - self._memory_read < MEMORY_EVERY_S:
+            return ""
+        self._memory_read = now_s
+        now = resident_bytes()
         if now is not None and now - self.resident >= MAX_WINDOW_BYTES:
             return (f"stopped early at its byte limit: the process grew by "
                     f"{(now - self.resident) >> 20} MiB while recording (at most "
