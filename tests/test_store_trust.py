@@ -271,3 +271,64 @@ def test_a_store_named_with_glob_characters_reads_only_itself(name, other, tmp_p
         status, out, _ = run_verb(capsys, "query", store, "SELECT count(*) AS n FROM sessions",
                                   *extra)
         assert status == 0 and out.split()[-1] == "2"
+
+
+# a training process appending 5 windows to one store with store_handler, each table
+# write made slower, so that two of them, started together, write their windows at once
+HANDLER_WRITER = """\
+import os, sys, time, torch, opscope
+from opscope.store import write
+real = write.StoreWriter.write_part
+def slow(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    time.sleep(0.05)
+write.StoreWriter.write_part = slow
+store, go = sys.argv[1], sys.argv[2]
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.005)
+with opscope.profile(schedule=opscope.schedule(wait=0, warmup=1, active=1, repeat=5),
+                     on_trace_ready=opscope.store_handler(store)) as prof:
+    for _ in range(10):
+        torch.ones(4).add(1)
+        prof.step()
+"""
+
+
+def test_two_processes_appending_to_one_store_lose_no_window(tmp_path):
+    import select
+
+    from opscope.store import windows
+
+    store, go = tmp_path / "store", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", HANDLER_WRITER, str(store), str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for _ in range(2)]
+    try:
+        for proc in procs:  # both have imported torch: start them at once
+            ready, _, _ = select.select([proc.stdout], [], [], 240)
+            assert ready and proc.stdout.readline() == "ready\n"
+        go.touch()
+        results = [proc.communicate(timeout=240) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    for proc, (_, err) in zip(procs, results):
+        assert proc.returncode == 0 and "store_handler" not in err, err[-2000:]
+    assert windows(store) == [(0, w) for w in range(10)]
+    per_process = connect(store).sql("SELECT process_id, count(*) FROM sessions "
+                                     "GROUP BY ALL").fetchall()
+    assert sorted(n for _, n in per_process) == [5, 5]
+    assert {pid for pid, _ in per_process} == {proc.pid for proc in procs}
+
+
+def test_a_planted_lock_symlink_is_refused_not_followed(tmp_path):
+    store = tiny_store(tmp_path / "store")
+    target = tmp_path / "victim.txt"
+    target.write_text("keep")
+    os.symlink(target, os.path.join(store, ".opscope-write-rank0.lock"))
+    with pytest.raises(StoreError, match="lock"):
+        tiny_store(store)
+    assert target.read_text() == "keep" and os.stat(target).st_mode & 0o777 != 0o600

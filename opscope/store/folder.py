@@ -25,6 +25,8 @@ from typing import List, Optional
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, load_json,
                                   part_path, require_pyarrow)
 
+LOCK_PREFIX = ".opscope-write-rank"  # + "<R>.lock": a rank's write lock (write.rank_lock)
+
 
 def check_store_folder(path: str, *, create: bool) -> str:
     """``path`` as a str after checking it is a store (or, with ``create``, may become one).
@@ -53,8 +55,8 @@ def _being_written(path: str) -> bool:
     """True for an empty folder, or one holding only table folders and temp files: a
     store another process (a rank) is writing right now, before its marker."""
     for name in os.listdir(path):
-        if name.startswith(".marker-") or (name in TABLES and not os.path.islink(
-                os.path.join(path, name))):
+        if name.startswith((".marker-", LOCK_PREFIX)) or (
+                name in TABLES and not os.path.islink(os.path.join(path, name))):
             continue
         return False
     return True

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -41,7 +42,7 @@ from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
-from opscope.store.folder import check_store_folder, partition_values
+from opscope.store.folder import LOCK_PREFIX, check_store_folder, partition_values
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
                                   arrow_schema, load_json, parquet_options, part_path,
@@ -63,6 +64,65 @@ def _make_dirs(store: str, folder: str) -> None:
             except FileExistsError:  # another rank made it first
                 if os.path.islink(current) or not os.path.isdir(current):
                     raise StoreError(f"store {store!r}: {current!r} is not a folder") from None
+
+
+@contextmanager
+def rank_lock(store: str, rank: int) -> Iterator[None]:
+    """Hold the write lock of ``rank``'s partitions of ``store`` (``fcntl.flock`` on
+    ``STORE/.opscope-write-rank<R>.lock``), waiting for another writer to finish.
+
+    The lock file is ours: created mode 600, never through a symlink; one that is not a
+    regular file of this user is refused (StoreError). It is removed when released (a
+    writer that waited on a removed one takes the lock again on the new file), so no
+    file is left behind. Without fcntl (not POSIX), no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = os.path.join(store, f"{LOCK_PREFIX}{int(rank)}.lock")
+    while True:
+        fd = _open_lock(store, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # released and removed while we waited: lock the new one
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)  # releases the lock
+
+
+def _open_lock(store: str, path: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(f"store {store!r}: cannot open its lock {path!r} "
+                         f"({exc.strerror or exc})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        raise StoreError(f"store {store!r}: its lock {path!r} is not a file of this user; "
+                         f"refusing to write")
+    return fd
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        now, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 @contextmanager
@@ -156,11 +216,18 @@ class StoreWriter:
             rank = 0 if rank is None else rank
         if clock_offset_ns is None:
             clock_offset_ns = session_clock_offset(session)
-        if once and window is None:
-            held = self.window_holding(session, rank, clock_offset_ns)
-            if held is not None:
-                return held
-        window = self.next_window(rank) if window is None else int(window)
+        with rank_lock(self.path, rank):  # another process may append to this rank too
+            if once and window is None:
+                held = self.window_holding(session, rank, clock_offset_ns)
+                if held is not None:
+                    return held
+            window = self.next_window(rank) if window is None else int(window)
+            return self._write_window(session, rank, window, window_name, facts,
+                                      clock_offset_ns)
+
+    def _write_window(self, session: ProfileSession, rank: int, window: int,
+                      window_name: Optional[str], facts: Optional[RankFacts],
+                      clock_offset_ns: int) -> int:
         if facts is None:
             facts = rank_facts(session, session.source_path, rank)
         if window_name is None:
@@ -195,16 +262,17 @@ class StoreWriter:
         pending = self._pending.pop(rank, [])
         windows = {id(c): w for w, calls in pending for c in calls}
         mine = {w for w, _ in pending} | self._written.get(rank, set())
-        starts = self._window_starts(rank)
-        # the calls of the windows the store held before this writer (an append) stay
-        rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in mine]
-        for call in facts.calls:
-            w = windows.get(id(call))
-            if w is None:
-                w = max((win for start, win in starts if start <= call.arrival_ns),
-                        default=starts[0][1] if starts else -1)
-            rows.append((w, call))
-        self._write_calls(rank, facts, rows)
+        with rank_lock(self.path, rank):
+            starts = self._window_starts(rank)
+            # the calls of the windows the store held before this writer (an append) stay
+            rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in mine]
+            for call in facts.calls:
+                w = windows.get(id(call))
+                if w is None:
+                    w = max((win for start, win in starts if start <= call.arrival_ns),
+                            default=starts[0][1] if starts else -1)
+                rows.append((w, call))
+            self._write_calls(rank, facts, rows)
 
     def _window_starts(self, rank: int) -> List[Tuple[int, int]]:
         """(aligned start ns, window) of each window of ``rank`` in the store, by start."""
@@ -235,13 +303,14 @@ class StoreWriter:
         """Merge the pending windows' calls with the rank's stored ones and rewrite them."""
         pending = self._pending.pop(rank, [])
         fresh = {w for w, _ in pending}
-        rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in fresh]
-        rows += [(w, c) for w, calls in pending for c in calls]
-        facts = RankFacts(rank)
-        group_of = _group_of_rank(self.path, rank)
-        if group_of is not None:
-            facts.group, facts.group_ranks = group_of
-        self._write_calls(rank, facts, rows)
+        with rank_lock(self.path, rank):  # read, merge and write as one
+            rows = [(w, c) for w, c in stored_calls(self.path, rank) if w not in fresh]
+            rows += [(w, c) for w, calls in pending for c in calls]
+            facts = RankFacts(rank)
+            group_of = _group_of_rank(self.path, rank)
+            if group_of is not None:
+                facts.group, facts.group_ranks = group_of
+            self._write_calls(rank, facts, rows)
 
     def close(self) -> None:
         """Write the pending collectives, then the marker (last)."""
