@@ -7,26 +7,20 @@ read that one profile. No Inductor flag is set by the test: ``import opscope`` d
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import sys
 
 import pytest
 import torch
 
 import opscope
 from opscope.collect.inductor_sites import module_path, parse_sites, SITE_LINE_PREFIX
+from compiled_process import Block
+from subprocesses import run_in_group
 
 CALL = "## Call CompiledFxGraph"
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(32, 64)
-        self.ln = torch.nn.LayerNorm(64)
-        self.fc2 = torch.nn.Linear(64, 32)
-
-    def forward(self, x):
-        return x + self.fc2(torch.relu(self.ln(self.fc1(x))))  # BLOCK LINE
 
 
 def _step(model, x):
@@ -40,7 +34,8 @@ def compiled_profile(tmp_path_factory):
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("inductor on CPU needs a C++ compiler (g++), none found")
     patch = pytest.MonkeyPatch()
-    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    cache = str(tmp_path_factory.mktemp("inductor"))
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
     torch.manual_seed(0)
     model = torch.nn.Sequential(Block(), Block())
     compiled = torch.compile(model)
@@ -49,7 +44,7 @@ def compiled_profile(tmp_path_factory):
         _step(compiled, x)
     with opscope.profile(with_modules=True, with_stack=True) as prof:
         loss = _step(compiled, x)
-    yield prof, float(loss), model, x
+    yield prof, float(loss.detach()), model, x, cache
     torch._dynamo.reset()
     patch.undo()
 
@@ -115,13 +110,14 @@ def test_kernel_stacks_are_the_models_source_lines(compiled_profile):
     prof = compiled_profile[0]
     kernels = [e for e in _in_calls(prof) if "cpp_fused" in e.name or e.name == "aten::mm"]
     assert kernels
-    with_source = [e for e in kernels if e.stack and __file__ in e.stack[0]]
+    model_file = os.path.join(os.path.dirname(__file__), "compiled_process.py")
+    with_source = [e for e in kernels if e.stack and e.stack[0].startswith(model_file)]
     assert len(with_source) / len(kernels) >= 0.9, [e.stack[:1] for e in kernels]
     assert all(e.stack[0].endswith(": forward") for e in with_source)
 
 
 def test_results_equal_those_without_recording(compiled_profile):
-    prof, loss, model, x = compiled_profile
+    prof, loss, model, x, _ = compiled_profile
     compiled = torch.compile(model)
     assert float(compiled(x).sum()) == loss
     del prof
@@ -132,3 +128,27 @@ def test_site_notes_round_trip_and_module_paths():
     assert parse_sites(line + "\n") == [("aten::mm", ((("", "M"), ("a.0", "L")),), ("f.py(1): g",))]
     assert parse_sites("x = 1\n") is None
     assert module_path("L['self'].layers[2]", "L['self']") == "layers.2"
+
+
+def _second_process(mode: str, cache: str) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+    done = run_in_group([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                      "compiled_process.py"), mode],
+                        timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_process_that_loads_the_graphs_from_the_fx_cache_attributes_them(compiled_profile):
+    seen = _second_process("warm", compiled_profile[4])
+    assert seen["cache_hits"] >= 2, seen  # forward and backward: no codegen in that process
+    hierarchies = {h for _, h in seen["kernels"]}
+    assert {"Sequential.0.fc1", "Sequential.1.fc2"} <= hierarchies, seen
+    assert not seen["warnings"], seen["warnings"]
+
+
+def test_a_model_compiled_before_opscope_is_graph_level_with_one_line(compiled_profile):
+    seen = _second_process("late", compiled_profile[4])
+    assert len(seen["warnings"]) == 2, seen["warnings"]  # one per graph: forward, backward
+    assert all("import opscope before" in w for w in seen["warnings"])
+    assert {h for _, h in seen["kernels"]} <= {"Sequential", ""}, seen
