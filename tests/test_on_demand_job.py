@@ -50,17 +50,19 @@ def wait_for_pids(folder: Path, proc: subprocess.Popen, timeout: float):
 def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
     control = tmp_path / "control"
     traces = tmp_path / "traces"
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         OMP_NUM_THREADS="1", OPSCOPE_ON_DEMAND_DIR=str(control), PYTHONFAULTHANDLER="1",
         OPSCOPE_ON_DEMAND_OUTPUT=str(traces))  # the job's folder: a job's ranks write there
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
            "-m", "opscope.on_demand", str(SCRIPT), str(tmp_path)]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env, cwd=str(tmp_path), start_new_session=True)
     try:
         pids = wait_for_pids(tmp_path, job, timeout=120)
+        plant_outsider_requests(port, tmp_path / "outsider")
         done = run_in_group([sys.executable, "-m", "opscope", "trigger", str(pids[1]),
                              "--steps", str(STEPS), "-o", str(traces), "--timeout", "90"],
                             timeout=150, env=env)
@@ -93,6 +95,25 @@ def test_trigger_one_rank_records_the_same_steps_on_every_rank(tmp_path):
     assert sorted(d["distributedInfo"]["rank"] for d in again) == [0, 1]  # as they came
     assert len({json.dumps(d["onDemand"]) for d in again}) == 1
     assert again[0]["onDemand"]["first_step"] > windows[0][0] + STEPS
+    assert not (tmp_path / "outsider").exists()  # the outsider's request chose no folder
+
+
+def plant_outsider_requests(port: int, elsewhere: Path) -> None:
+    """Another client of the job's store: a counter jump, a pending request far ahead with
+    every option and a folder of its choice, and junk (issue 28: none may stop the trigger)."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    outsider = TCPStore("127.0.0.1", port, is_master=False,
+                        timeout=datetime.timedelta(seconds=30))
+    prefix = "default_pg/opscope/on_demand/"  # init_process_group's PrefixStore
+    n = outsider.add(prefix + "requests", 10**9)
+    outsider.set(f"{prefix}request/{n}", json.dumps({
+        "id": "0badc0de", "steps": 5, "first_step": 5000, "origin": 0, "job": True,
+        "output_dir": str(elsewhere), "options": {name: True for name in (
+            "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")}}))
+    outsider.set(f"{prefix}request/{outsider.add(prefix + 'requests', 1)}", "[" * 60000)
 
 
 class FakeJob:
