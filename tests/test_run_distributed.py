@@ -29,7 +29,8 @@ import torch.distributed as dist
 import opscope
 from opscope.cli.main import build_parser
 from opscope.cli.main import main as cli_main
-from opscope.cli.torchrun import SIGTERM_EXIT, SigtermExit, launch_command
+from opscope.cli.torchrun import (LOOPBACK_LAUNCHER, RUN_FILE, SIGTERM_EXIT, SigtermExit,
+                                  launch_command)
 from subprocesses import run_in_group
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -256,9 +257,10 @@ def test_launch_passes_every_run_option_to_the_ranks():
         if action.option_strings and action.dest != "help":
             assert getattr(args, action.dest) != action.default, action.dest
     cmd = launch_command(args)
-    assert cmd[:9] == [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                       "--nproc-per-node", "2", "-m", "opscope", "run"]
-    assert vars(parser.parse_args(cmd[8:])) == {**vars(args), "nproc_per_node": None}
+    assert cmd[:12] == [sys.executable, "-c", RUN_FILE, LOOPBACK_LAUNCHER, "--standalone",
+                        "--local-addr", "127.0.0.1", "--nproc-per-node", "2",
+                        "-m", "opscope", "run"]  # torch's launcher, its stores on loopback
+    assert vars(parser.parse_args(cmd[11:])) == {**vars(args), "nproc_per_node": None}
 
 
 def test_nproc_per_node_inside_torchrun_is_a_usage_error(tmp_path, monkeypatch, capsys):

@@ -2,9 +2,10 @@
 
 Under torchrun every worker runs ``opscope run`` itself; ``worker_rank()``
 reads its rank from torchrun's environment. ``opscope run --nproc-per-node N``
-starts that job through ``python -m torch.distributed.run --standalone``
-(torch's launcher, never one of ours) with the same options
-(``launch_command``), and returns its exit status. When one rank fails,
+starts that job through torch's launcher (``torch.distributed.run --standalone``)
+with the same options (``launch_command``), and returns its exit status. The
+launcher runs through :mod:`opscope.cli.loopback_launcher`, so that the job's c10d
+stores listen on 127.0.0.1 only (torchrun's own listen on every interface). When one rank fails,
 torchrun stops the others with SIGTERM: ``SigtermExit`` turns that signal
 into the script's exit, so the profiler stops and writes what it recorded.
 
@@ -21,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -32,6 +34,11 @@ from opscope.cli.profiling import PROFILE_FLAGS
 from opscope.profiler_setup import torchrun_env_info
 
 TORCHRUN_MODULE = "torch.distributed.run"
+LOOPBACK_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "loopback_launcher.py")
+# runs a file as __main__ without importing opscope (``-c`` puts no package folder on sys.path)
+RUN_FILE = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
 NPROC_WORDS = ("auto", "cpu", "gpu")  # what torchrun accepts besides a count
 SIGTERM_EXIT = 128 + signal.SIGTERM
 INTERRUPT_GRACE_S = 60.0  # after Ctrl-C, how long torchrun may take to stop its workers
@@ -82,10 +89,10 @@ def run_options(args: argparse.Namespace) -> List[str]:
 
 
 def launch_command(args: argparse.Namespace) -> List[str]:
-    """``python -m torch.distributed.run --standalone ... -m opscope run ...`` for ``args``."""
-    return [sys.executable, "-m", TORCHRUN_MODULE, "--standalone",
-            "--nproc-per-node", args.nproc_per_node, "-m", "opscope", "run",
-            *run_options(args), args.script, *args.script_args]
+    """torch's launcher (stores on loopback) ``--standalone ... -m opscope run ...`` for ``args``."""
+    return [sys.executable, "-c", RUN_FILE, LOOPBACK_LAUNCHER, "--standalone",
+            "--local-addr", "127.0.0.1", "--nproc-per-node", args.nproc_per_node,
+            "-m", "opscope", "run", *run_options(args), args.script, *args.script_args]
 
 
 def check_not_a_worker() -> None:
