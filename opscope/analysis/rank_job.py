@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import gzip
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -105,7 +104,8 @@ def step_times(session: ProfileSession, shift_ns: int = 0) -> StepTimes:
 def peek_rank(path: str) -> Optional[int]:
     """The rank a trace names, from its file name or the head of the file; None if neither.
 
-    Reads at most ``PEEK_BYTES`` (inflated), never the whole trace: a trace
+    Reads at most ``PEEK_BYTES`` (inflated), through ``opscope.load``'s checks
+    (a FIFO or a device is not opened for reading), never the whole trace: a trace
     whose ``distributedInfo`` sits later is only found by loading it.
 
     >>> import os, tempfile
@@ -114,15 +114,19 @@ def peek_rank(path: str) -> Optional[int]:
     >>> peek_rank(path), peek_rank("/no/such/w.rank2.json"), peek_rank("/no/such.json")
     (3, 2, None)
     """
+    from opscope.load import TraceLoadError
+    from opscope.load.trace_file import iter_trace_chunks
+
     rank = rank_from_name(path)
     if rank is not None:
         return rank
+    chunks = iter_trace_chunks(path, chunk_bytes=PEEK_BYTES)  # load's checks: no FIFO, no bomb
     try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rb") as f:
-            head = f.read(PEEK_BYTES).decode("utf-8", "replace")
-    except (OSError, EOFError, ValueError):
-        return None
+        head = next(chunks, b"").decode("utf-8", "replace")
+    except TraceLoadError:
+        return None  # the loader names the problem when the trace is read
+    finally:
+        chunks.close()
     match = _PEEKED_RANK.search(head)
     return int(match.group(1)) if match else None
 
@@ -168,7 +172,7 @@ def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
     >>> load_job([])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_traces.RankTraceError: no rank traces given
+    opscope.analysis.rank_checks.RankTraceError: no rank traces given
     """
     steps = JobSteps(visit)
     return steps.job(load_ranks(list(paths), max_bytes=max_bytes, visit=steps))

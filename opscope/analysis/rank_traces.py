@@ -10,7 +10,9 @@ per-group collective ordinals continue across windows (every rank records the
 same steps with a schedule).
 
 Each trace is loaded, reduced to a :class:`RankFacts` and dropped before the
-next one is read, so memory holds one trace at a time. Times are aligned Unix
+next one is read, so memory holds one trace at a time. Traces of two runs, a
+rank past its world size and times that overflow are refused
+(``opscope.analysis.rank_checks``). Times are aligned Unix
 ns: the session's time plus the trace's ``opscopeClockOffsetNs`` (0 when
 absent: ranks on one host share a clock).
 
@@ -31,6 +33,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
+from opscope.analysis.rank_checks import (RankTraceError, check_one_run, check_rank_number,
+                                          check_times)
 from opscope.analysis.flight_recorder import flight_rows, keyed_calls
 from opscope.analysis.intervals import difference, intersection, total, union
 from opscope.load.merged import merged_problem, merged_ranks
@@ -43,10 +47,6 @@ from opscope.model.torch_names import (C10D_PREFIX, CLOCK_OFFSET_KEY, COLLECTIVE
 TRACE_SUFFIXES = (".json", ".json.gz")
 DEFAULT_GROUP = "0"  # torch's name of the default process group
 _RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[_-]?(\d+)(?=[._-]|$)")
-
-
-class RankTraceError(ValueError):
-    """A folder or path list without rank traces, or a rank's traces that disagree."""
 
 
 @dataclass
@@ -73,6 +73,7 @@ class RankFacts:
     start_ns: Optional[int] = None  # first and last event, aligned Unix ns
     end_ns: Optional[int] = None
     calls: List[CollectiveCall] = field(default_factory=list)
+    process_id: Optional[int] = None  # the rank's process (its trace's pid), where known
 
     def add(self, other: "RankFacts") -> None:
         """Append a later window of the same rank."""
@@ -101,7 +102,7 @@ def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) 
     >>> trace_paths("/no/such/folder")
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_traces.RankTraceError: '/no/such/folder': no such file or folder
+    opscope.analysis.rank_checks.RankTraceError: '/no/such/folder': no such file or folder
     """
     if isinstance(folder_or_paths, (str, os.PathLike)):
         folder = os.fspath(folder_or_paths)
@@ -222,14 +223,17 @@ def _group_ranks(groups) -> Dict[str, List[int]]:
 
 
 def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
-    """The facts of one rank's trace."""
+    """The facts of one rank's trace; RankTraceError for a rank or times out of bounds."""
     offset = clock_offset_ns(session)
+    check_times(path, session, offset)
     info = _distributed_info(session)
     groups = info.get("pg_config")
     group = DEFAULT_GROUP
     if isinstance(groups, list) and groups and isinstance(groups[0], dict):
         group = str(groups[0].get("pg_name", DEFAULT_GROUP))
     world = info.get("world_size")
+    world = world if type(world) is int else None
+    check_rank_number(path, rank, world)
     names = session.table.symbols.names
     calls = keyed_calls(collective_calls(session, offset), flight_rows(session))
     steps, step_ns = _steps(session)
@@ -237,10 +241,11 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
     shift = session.epoch_offset_ns + offset
     compute, comm, overlap = _times(session, names, calls, shift)
     return RankFacts(
-        rank, [path], world if type(world) is int else None, group, _group_ranks(groups),
+        rank, [path], world, group, _group_ranks(groups),
         steps, step_ns, compute, comm, overlap,
         int(table.start_ns.min()) + shift if len(table) else None,
-        int(table.end_ns.max()) + shift if len(table) else None, calls)
+        int(table.end_ns.max()) + shift if len(table) else None, calls,
+        session.process_id or None)
 
 
 def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *,
@@ -259,7 +264,7 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
     >>> load_ranks([])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_traces.RankTraceError: no rank traces given
+    opscope.analysis.rank_checks.RankTraceError: no rank traces given
     """
     from opscope.analysis.build import load_session
 
@@ -275,9 +280,11 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
             visit(rank, path, session)
         del session  # one trace in memory at a time (unless visit keeps it)
         windows.setdefault(rank, []).append(facts)
-    by_rank: Dict[int, RankFacts] = {}
-    for rank, facts_list in windows.items():  # a rank's windows in time order, as in a store
+    for facts_list in windows.values():  # a rank's windows in time order, as in a store
         facts_list.sort(key=lambda f: (f.start_ns is None, f.start_ns or 0))
+    check_one_run(windows)
+    by_rank: Dict[int, RankFacts] = {}
+    for rank, facts_list in windows.items():
         by_rank[rank] = facts_list[0]
         for later in facts_list[1:]:
             by_rank[rank].add(later)

@@ -59,6 +59,7 @@ import numpy as np
 from opscope.analysis.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.intervals import total, union
+from opscope.analysis.rank_checks import check_ranks
 from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
 
 __all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
@@ -225,9 +226,13 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     ``facts`` is what :func:`load_ranks` returns (one entry per rank).
     Times in the result are ms; arrivals count from the job's first event.
 
+    Ranks and times out of bounds (``opscope.analysis.rank_checks``) raise
+    RankTraceError: nothing is sized by a rank number.
+
     >>> analyse_ranks([RankFacts(0, world_size=2)]).missing_ranks
     [1]
     """
+    check_ranks(facts)
     starts = [f.start_ns for f in facts if f.start_ns is not None]
     origin = min(starts) if starts else 0
     collectives: List[MatchedCollective] = []

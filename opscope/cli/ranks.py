@@ -102,8 +102,13 @@ def main(args: argparse.Namespace) -> int:
         facts = load_store_facts(args.folder)
     else:
         facts = load_job(args.folder, args.max_trace_size)
-    with progress("analysing"):
-        analysis = analyse_ranks(facts, min_lateness_ms=args.min_lateness_ms)
+    from opscope.analysis.rank_checks import RankTraceError
+
+    try:
+        with progress("analysing"):  # a store's ranks are checked here (traces': when read)
+            analysis = analyse_ranks(facts, min_lateness_ms=args.min_lateness_ms)
+    except RankTraceError as exc:
+        raise UsageError(str(exc)) from None
     if args.json:
         json.dump(analysis.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")

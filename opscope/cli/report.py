@@ -148,6 +148,7 @@ def store_output(output: str, store: str) -> str:
 
 def write_store(args: argparse.Namespace) -> int:
     """Write a store's report: the job's (two ranks or more, no window chosen) or a window's."""
+    from opscope.analysis.rank_checks import RankTraceError
     from opscope.report import write_report, write_report_data
     from opscope.report.ranks import job_data
     from opscope.store.ranks_sql import load_store_job
@@ -161,8 +162,11 @@ def write_store(args: argparse.Namespace) -> int:
     if len({w.rank for w in every}) >= 2 and args.rank is None and args.window is None:
         with store_errors(store), progress(f"writing {terminal_safe(target)} from "
                                            f"{len(every)} windows"):
-            data = job_data(lambda visit: load_store_job(store, con, visit), len(every),
-                            title=args.title or store)
+            try:
+                data = job_data(lambda visit: load_store_job(store, con, visit), len(every),
+                                title=args.title or store)
+            except RankTraceError as exc:  # ranks or times out of bounds in the store's rows
+                raise UsageError(str(exc)) from None
             write_report_data(data, target)
     else:
         windows = chosen_windows(con, args, store)

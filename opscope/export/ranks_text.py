@@ -71,11 +71,26 @@ def _collective_lines(collectives: List[MatchedCollective], limit: int) -> List[
                       rows), *unknown]
 
 
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """Sorted ranks as runs: a world of a million ranks with two traces stays one short line.
+
+    >>> rank_ranges([1, 2, 3, 5, 7, 8])
+    '1-3, 5, 7-8'
+    """
+    runs: List[List[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def format_ranks(analysis: RanksAnalysis, *, limit: int = DEFAULT_COLLECTIVE_LIMIT) -> str:
     """The report as text; ``limit`` collectives (those with the longest wait, -1: all)."""
     lines = [f"World size {analysis.world_size}", ""]
     if analysis.missing_ranks:
-        lines[-1:-1] = [f"No trace of rank {', '.join(map(str, analysis.missing_ranks))}"]
+        lines[-1:-1] = [f"No trace of rank {rank_ranges(analysis.missing_ranks)}"]
     lines += _columns(
         ("rank", "steps", "mean step ms", "compute ms", "comm ms", "wait ms", "overlap ms",
          "collectives"),
