@@ -152,3 +152,55 @@ def test_a_model_compiled_before_opscope_is_graph_level_with_one_line(compiled_p
     assert len(seen["warnings"]) == 2, seen["warnings"]  # one per graph: forward, backward
     assert all("import opscope before" in w for w in seen["warnings"])
     assert {h for _, h in seen["kernels"]} <= {"Sequential", ""}, seen
+
+
+@torch.library.custom_op("opscope_test::scale", mutates_args=())
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2.0
+
+
+@_scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class _Branchy(torch.nn.Module):
+    """A custom op and a torch.cond: attribution may fail here; nothing else may."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = _scale(self.fc(x))
+        return torch.cond(y.sum() > 0, lambda t: t.relu(), lambda t: t.tanh(), (y,))
+
+
+def test_a_custom_op_and_a_cond_never_break_the_compile_or_the_run(compiled_profile):
+    torch.manual_seed(0)
+    model = _Branchy()
+    x = torch.randn(4, 8)
+    with torch.no_grad():  # the custom op has no autograd formula
+        expected = model(x)
+        compiled = torch.compile(model)
+        compiled(x)
+        with _any_warnings() as caught:
+            with opscope.profile(with_modules=True, with_stack=True) as prof:
+                got = compiled(x)
+            names = [row.key for row in prof.key_averages()]
+    assert torch.allclose(got, expected)
+    assert any(n.startswith(CALL) for n in names)
+    said = [str(w.message) for w in caught if "opscope" in str(w.message)]
+    assert len(said) <= 1 and all("graph level" in s for s in said), said
+
+
+def _any_warnings():
+    import warnings
+
+    class _Catch(warnings.catch_warnings):
+        def __enter__(self):
+            caught = super().__enter__()
+            warnings.simplefilter("always")
+            return caught
+
+    return _Catch(record=True)
