@@ -332,3 +332,27 @@ def test_a_planted_lock_symlink_is_refused_not_followed(tmp_path):
     with pytest.raises(StoreError, match="lock"):
         tiny_store(store)
     assert target.read_text() == "keep" and os.stat(target).st_mode & 0o777 != 0o600
+
+
+def test_a_row_bomb_is_refused_before_it_is_read(tmp_path, monkeypatch, capsys):
+    """A file declaring more rows than a window may hold (OPSCOPE_MAX_TRACE_BYTES // 256;
+    1 MiB here, so 4,096 rows) is refused by every verb before a row is read."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    store = tiny_store(tmp_path / "store")
+    path = os.path.join(store, "events", "rank=0", "window=1", "part-0.parquet")
+    events = pq.read_table(path)
+    pq.write_table(events.take(np.zeros(100_000, dtype=np.int64)), path)
+    assert os.path.getsize(path) < 100_000  # a few bytes a row: the bomb
+    monkeypatch.setenv("OPSCOPE_MAX_TRACE_BYTES", "1M")
+    for verb in (["query", store, "SELECT count(*) FROM events"], ["table", store],
+                 ["report", store, "-o", tmp_path / "r.html"], ["ranks", store]):
+        status, _, err = run_verb(capsys, *verb)
+        assert status == 2 and err.count("\n") == 1, (verb[0], err)
+        assert "declares 100,000 rows, more than the 4,096" in err
+    with pytest.raises(StoreError, match="declares"):
+        connect(store)
+    monkeypatch.delenv("OPSCOPE_MAX_TRACE_BYTES")
+    status, out, _ = run_verb(capsys, "query", store, "SELECT count(*) AS n FROM events")
+    assert status == 0 and out.split()[-1] == "100003"

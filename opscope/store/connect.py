@@ -77,7 +77,8 @@ import os
 import sys
 from typing import List, Optional, Union
 
-from opscope.store.folder import check_store_folder, partition_values, regular_file_inside
+from opscope.store.folder import (check_footer, check_store_folder, max_part_rows,
+                                  partition_values, regular_file_inside)
 from opscope.store.sandbox import CONNECT_CONFIG, literal_path, lock_down, quote
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
                                   duckdb_type, part_path, require_duckdb)
@@ -208,6 +209,9 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     try:
         _set_memory_limit(con, memory_limit)
         files = {t: part_files(path, t) for t in COLUMNS}
+        limit = max_part_rows()
+        for f in (f for t in COLUMNS for f in files[t]):
+            check_footer(os.fspath(store), f, limit)  # before DuckDB reads a row
         views = [(t, table_sql(path, t, files[t])) for t in COLUMNS]
         for name, sql in views + list(DERIVED_VIEWS.items()):
             _create_view(con, name, sql, store)

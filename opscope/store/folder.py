@@ -80,15 +80,55 @@ def read_marker(path: str) -> dict:
     return doc
 
 
+# a partition file may declare a row per ROW_BYTES of the trace-size limit
+# (OPSCOPE_MAX_TRACE_BYTES, else 4 GiB: 16.7M rows), as a trace of that size would give
+ROW_BYTES = 256
+
+
+def max_part_rows() -> int:
+    """The most rows a partition file may declare (``OPSCOPE_MAX_TRACE_BYTES // ROW_BYTES``)."""
+    from opscope.load.trace_size import default_max_bytes
+
+    try:
+        return max(1, default_max_bytes() // ROW_BYTES)
+    except ValueError as exc:  # a bad OPSCOPE_MAX_TRACE_BYTES
+        raise StoreError(str(exc)) from None
+
+
+def check_footer(store: str, path: str, max_rows: Optional[int] = None) -> int:
+    """The rows ``path``'s Parquet footer declares, checked before anything is read: the
+    file's count must be its row groups' sum and at most ``max_rows`` (default:
+    ``max_part_rows()``); else StoreError naming the file (a "row bomb": a few MB that
+    declare tens of millions of rows)."""
+    _, pq = require_pyarrow()
+    try:
+        meta = pq.read_metadata(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
+    rows = meta.num_rows
+    groups = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    if rows < 0 or rows != groups:
+        raise StoreError(f"store {store!r}: {path!r} declares {rows:,} rows but its row "
+                         f"groups hold {groups:,}")
+    limit = max_part_rows() if max_rows is None else max_rows
+    if rows > limit:
+        raise StoreError(f"store {store!r}: {path!r} declares {rows:,} rows, more than the "
+                         f"{limit:,} a window may hold (raise OPSCOPE_MAX_TRACE_BYTES to "
+                         f"read it)")
+    return rows
+
+
 def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
     """The pyarrow table of one partition file, or None when it does not exist.
 
-    A symlink or non-regular file there is refused (StoreError naming it).
+    A symlink or non-regular file there is refused (StoreError naming it), and so is
+    a file whose footer declares too many rows (``check_footer``).
     """
     _, pq = require_pyarrow()
     path = part_path(store, table, rank, window)
     if not regular_file_inside(store, path):
         return None
+    check_footer(store, path)
     try:
         return pq.read_table(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
