@@ -3,7 +3,8 @@
 A real 2-rank torchrun job (gloo, loopback): ``opscope trigger`` on rank 1 makes both
 ranks record; rank 0 is SIGKILLed in the middle of the window. Rank 1 then fails in its
 next collective or is stopped by torchrun's SIGTERM: either way it writes its trace,
-marked partial (issue 28, finding 6).
+marked partial (issue 28, finding 6). A single process under ``opscope run`` that gets
+SIGTERM writes its window too, marked partial, and exits 143 (finding 8).
 """
 
 from __future__ import annotations
@@ -65,3 +66,41 @@ def test_the_survivor_of_a_killed_rank_writes_its_partial_window(tmp_path):
     assert 1 <= doc["onDemand"]["steps_recorded"] < STEPS
     assert doc["distributedInfo"]["rank"] == 1
     assert not list(tmp_path.rglob("*.rank0.*.pt.trace.json"))  # the killed rank wrote nothing
+
+
+# a script under `opscope run --schedule`: a marker once the window has recorded a step
+RUN_SCRIPT = """
+import os, sys, time
+import torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100000):
+    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()
+    if step == 3:
+        open(sys.argv[1], "w").close()
+    time.sleep(0.01)
+"""
+
+
+def test_sigterm_under_opscope_run_writes_the_window_marked_partial(tmp_path):
+    """A single process (no torchrun): the window being recorded is written, then exit 143."""
+    (tmp_path / "train.py").write_text(RUN_SCRIPT)
+    marker = tmp_path / "stepping"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.Popen([sys.executable, "-m", "opscope", "run", "-o", str(tmp_path / "out"),
+                             "--schedule", "0,1,100000,1", str(tmp_path / "train.py"), str(marker)],
+                            env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(marker, proc, timeout=120)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 143, err  # sys.exit(143), as a shell shows a SIGTERM
+    assert "stopped by SIGTERM" in err
+    written = [p.name for p in (tmp_path / "out").glob("*.pt.trace.json")]
+    assert len(written) == 1 and ".partial." in written[0], (written, err)

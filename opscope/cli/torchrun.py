@@ -137,14 +137,14 @@ def _forward_sigterm(proc: "subprocess.Popen[Any]") -> Any:
 
 
 class SigtermExit:
-    """In a torchrun worker, a SIGTERM ends the script as ``sys.exit(143)`` would.
+    """Under ``opscope run``, a SIGTERM ends the script as ``sys.exit(143)`` would.
 
     Only while ``run(...)`` runs the script does the signal interrupt it;
     inside ``shielded(...)`` (the profiler's step) it waits until the step is
     done, and after the script it is only noted in ``received``, so the trace
     being written is never cut. ``install()``/``uninstall()`` set the handler
-    and restore the previous one. Outside torchrun, or off the main thread,
-    it installs nothing.
+    and restore the previous one. Off the main thread it installs nothing,
+    nor outside torchrun where SIGTERM is ignored (SIG_IGN: it ends nothing).
 
     >>> term = SigtermExit({})
     >>> term.install(); term.run(lambda: 7), term.received
@@ -153,15 +153,16 @@ class SigtermExit:
     """
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None):
-        self.active = (torchrun_env_info(environ) is not None
-                       and threading.current_thread() is threading.main_thread())
+        self.active = threading.current_thread() is threading.main_thread() and (
+            torchrun_env_info(environ) is not None
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN)
         self.received = False
         self._armed = False
         self._pending = False
         self._previous: Any = None
 
     def install(self) -> None:
-        """Set our SIGTERM handler (under torchrun only)."""
+        """Set our SIGTERM handler (where ``active``)."""
         if self.active:
             self._previous = signal.signal(signal.SIGTERM, self._handle)
 
