@@ -113,14 +113,15 @@ def test_rank_0_of_two_runs_in_one_folder_is_refused_naming_both_files(tmp_path)
                            "tuesday.rank0.pt.trace.json", "two runs", "pid 100", "pid 200")
 
 
-def test_a_job_folder_mixing_two_runs_is_refused_by_ranks_and_report(tmp_path):
+def test_a_job_folder_mixing_two_runs_is_refused_by_ranks_report_and_merge(tmp_path):
     for rank in (0, 1):
         rank_trace(tmp_path / f"a.rank{rank}.pt.trace.json", rank, pid=100 + rank)
         rank_trace(tmp_path / f"b.rank{rank}.pt.trace.json", rank, pid=200 + rank,
                    start_us=START_US + 10 ** 11)
-    for verb in ("ranks", "report"):
-        assert_one_line_exit_2(opscope_cli(verb, ".", cwd=tmp_path), "a.rank0.pt.trace.json",
+    for argv in (["ranks", "."], ["report", "."], ["merge", ".", "-o", "m.json"]):
+        assert_one_line_exit_2(opscope_cli(*argv, cwd=tmp_path), "a.rank0.pt.trace.json",
                                "b.rank0.pt.trace.json", "two runs")
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "ranks.html").exists()
 
 
 def test_ranks_that_disagree_on_the_world_size_are_refused(tmp_path):

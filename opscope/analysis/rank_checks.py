@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Sequence
 
 if TYPE_CHECKING:
     from opscope.analysis.rank_traces import RankFacts
@@ -101,46 +101,48 @@ def check_times(path: str, session: "ProfileSession", offset_ns: int) -> None:
                              f"{MAX_ALIGNED_NS} ns from 1970; expected plausible ones")
 
 
-def _run_of(f: "RankFacts") -> Tuple[Optional[int], Optional[int]]:
-    return f.process_id, f.world_size
+class RunMark(NamedTuple):
+    """What tells one trace's run: its rank, file, process id and world size (None: unknown)."""
+
+    rank: int
+    path: str
+    process_id: Optional[int]
+    world_size: Optional[int]
 
 
-def check_one_run(windows: Dict[int, List["RankFacts"]]) -> None:
-    """Refuse traces of several runs: see the module docstring. ``windows``: rank -> its traces.
+def check_one_run(marks: Sequence[RunMark]) -> None:
+    """Refuse traces of several runs: see the module docstring. ``marks``: one per trace.
 
-    >>> from opscope.analysis.rank_traces import RankFacts
-    >>> a, b = RankFacts(0, ["a.json"], 2), RankFacts(0, ["b.json"], 2)
-    >>> a.process_id, b.process_id = 100, 200
-    >>> check_one_run({0: [a, b]})  # doctest: +ELLIPSIS
+    >>> check_one_run([RunMark(0, "a.json", 100, 2), RunMark(0, "b.json", 200, 2)])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: 'a.json' and 'b.json' are rank 0 of two ...
+    opscope.analysis.rank_checks.RankTraceError: 'a.json' and 'b.json' are rank 0 of two runs \
+(pid 100, world size 2; pid 200, world size 2): the traces mix runs of a job; give one run's \
+traces (a folder per run)
     """
-    for rank, traces in sorted(windows.items()):
-        first = traces[0]
-        for other in traces[1:]:
-            if _differs(first.process_id, other.process_id) or \
-                    _differs(first.world_size, other.world_size):
-                raise _mixed(first, other, f"rank {rank} of two runs ({_shown(_run_of(first))}; "
-                                           f"{_shown(_run_of(other))})")
-    sized = [traces[0] for _, traces in sorted(windows.items())
-             if traces[0].world_size is not None]
-    for other in sized[1:]:
-        if other.world_size != sized[0].world_size:
-            raise _mixed(sized[0], other, f"ranks {sized[0].rank} and {other.rank} of two runs "
-                                          f"(world size {sized[0].world_size} and "
-                                          f"{other.world_size})")
+    first_of_rank: Dict[int, RunMark] = {}
+    sized: Optional[RunMark] = None
+    for mark in sorted(marks, key=lambda m: (m.rank, m.path)):
+        first = first_of_rank.setdefault(mark.rank, mark)
+        if _differs(first.process_id, mark.process_id) or \
+                _differs(first.world_size, mark.world_size):
+            raise _mixed(first, mark, f"rank {mark.rank} of two runs ({_shown(first)}; "
+                                      f"{_shown(mark)})")
+        sized = sized or (mark if mark.world_size is not None else None)
+        if sized is not None and _differs(sized.world_size, mark.world_size):
+            raise _mixed(sized, mark, f"ranks {sized.rank} and {mark.rank} of two runs (world "
+                                      f"size {sized.world_size} and {mark.world_size})")
 
 
 def _differs(a: Optional[int], b: Optional[int]) -> bool:
     return a is not None and b is not None and a != b
 
 
-def _shown(run: Tuple[Optional[int], Optional[int]]) -> str:
-    pid, world = run
+def _shown(mark: RunMark) -> str:
+    pid, world = mark.process_id, mark.world_size
     return f"pid {pid if pid is not None else '?'}, world size {world if world is not None else '?'}"
 
 
-def _mixed(a: "RankFacts", b: "RankFacts", what: str) -> RankTraceError:
-    return RankTraceError(f"{a.paths[0]!r} and {b.paths[0]!r} are {what}: the traces mix runs "
+def _mixed(a: RunMark, b: RunMark, what: str) -> RankTraceError:
+    return RankTraceError(f"{a.path!r} and {b.path!r} are {what}: the traces mix runs "
                           f"of a job; give one run's traces (a folder per run)")

@@ -33,8 +33,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
-from opscope.analysis.rank_checks import (RankTraceError, check_one_run, check_rank_number,
-                                          check_times)
+from opscope.analysis.rank_checks import (RankTraceError, RunMark, check_one_run,
+                                          check_rank_number, check_times)
 from opscope.analysis.flight_recorder import flight_rows, keyed_calls
 from opscope.analysis.intervals import difference, intersection, total, union
 from opscope.load.merged import merged_problem, merged_ranks
@@ -282,7 +282,8 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
         windows.setdefault(rank, []).append(facts)
     for facts_list in windows.values():  # a rank's windows in time order, as in a store
         facts_list.sort(key=lambda f: (f.start_ns is None, f.start_ns or 0))
-    check_one_run(windows)
+    check_one_run([RunMark(r, f.paths[0], f.process_id, f.world_size)
+                   for r, facts_list in windows.items() for f in facts_list])
     by_rank: Dict[int, RankFacts] = {}
     for rank, facts_list in windows.items():
         by_rank[rank] = facts_list[0]

@@ -33,10 +33,12 @@ import json
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
+from opscope.analysis.rank_checks import RunMark, check_one_run
 from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
 from opscope.export.atomic import atomic_text_writer
 from opscope.export.output_path import check_output_path
 from opscope.load.trace_file import read_trace_document
+from opscope.load.trace_scan import OP_CATEGORIES
 from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY, MERGED_RANKS_KEY
 
 __all__ = ["write_merged_trace", "trace_paths"]
@@ -51,6 +53,7 @@ class _RankFile(NamedTuple):
     clock_ns: int  # add to ts*1000 to get the common clock (Unix ns, rank 0's clock)
     first_ns: Optional[int]
     info: Dict[str, Any]
+    process_id: Optional[int]  # its events' pid: a rank's traces of one run share it
 
 
 def _scan(path: str, max_bytes: Optional[int]) -> Optional[_RankFile]:
@@ -68,7 +71,9 @@ def _scan(path: str, max_bytes: Optional[int]) -> Optional[_RankFile]:
     stamps = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict)
               and isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
     first = clock + int(min(stamps) * 1000) if stamps else None
-    return _RankFile(rank, path, clock, first, info)
+    pid = next((e.get("pid") for e in doc["traceEvents"]  # the first host op's, as the loader
+                if isinstance(e, dict) and e.get("cat") in OP_CATEGORIES), None)
+    return _RankFile(rank, path, clock, first, info, pid if type(pid) is int else None)
 
 
 def _event(e: Dict[str, Any], rank: int, shift_us: float, n_ranks: int) -> Optional[dict]:
@@ -97,7 +102,8 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
                        max_bytes: Optional[int] = None) -> List[int]:
     """Merge the rank traces among ``paths`` into ``output``; return the ranks written.
 
-    Raises :class:`RankTraceError` when no trace names a rank, and
+    Raises :class:`RankTraceError` when no trace names a rank or the traces mix runs
+    (``opscope.analysis.rank_checks.check_one_run``), and
     ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
     output = check_output_path("write_merged_trace", "output", output)
@@ -105,6 +111,8 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     if not files:
         raise RankTraceError("no trace names its rank (distributedInfo.rank in the trace, "
                              "or rank<R> in the file name)")
+    check_one_run([RunMark(f.rank, f.path, f.process_id, f.info.get("world_size")
+                           if type(f.info.get("world_size")) is int else None) for f in files])
     files.sort(key=lambda f: (f.rank, f.first_ns if f.first_ns is not None else 0))
     firsts = [f.first_ns for f in files if f.first_ns is not None]
     origin = min(firsts) if firsts else 0
