@@ -107,7 +107,7 @@ def plant_outsider_requests(port: int, elsewhere: Path) -> None:
 
     outsider = TCPStore("127.0.0.1", port, is_master=False,
                         timeout=datetime.timedelta(seconds=30))
-    prefix = "default_pg/opscope/on_demand/"  # init_process_group's PrefixStore
+    prefix = "default_pg/0//opscope/on_demand/"  # the default group's PrefixStores
     n = outsider.add(prefix + "requests", 10**9)
     outsider.set(f"{prefix}request/{n}", json.dumps({
         "id": "0badc0de", "steps": 5, "first_step": 5000, "origin": 0, "job": True,
