@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import opscope
+from opscope.cli.results import OUTPUTS, Output, WindowWriter
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 HANDLERS = {"tensorboard_trace_handler": opscope.tensorboard_trace_handler,
@@ -152,3 +153,21 @@ def _steps_before_raise(profile_class, schedule) -> int:
 def test_a_users_own_raising_handler_raises_from_step_as_in_torch(native_only):
     torch_steps = _steps_before_raise(torch.profiler.profile, torch.profiler.schedule)
     assert _steps_before_raise(opscope.profile, opscope.schedule) == torch_steps == 2
+
+
+class _BrokenReport(Output):
+    """An output whose writer fails with an error that is not an OSError (a bug, say)."""
+
+    def write(self, prof, path):
+        raise RuntimeError("the report could not be built")
+
+
+def test_opscope_runs_window_writer_keeps_any_error_for_its_summary(tmp_path, native_only):
+    """``opscope run``'s on_trace_ready: every window's error is kept, none reaches step()."""
+    writer = WindowWriter(str(tmp_path), "out", "train", by_step=True,
+                          outputs=OUTPUTS + [_BrokenReport("report", "report", ".html")])
+    prof, steps, messages = _train({"writer": writer})
+    assert steps == STEPS and messages == []
+    assert len(writer.errors) == 4 and all("the report could not be built" in e
+                                           for e in writer.errors)
+    assert sorted(os.listdir(tmp_path)) == [f"train.step{n}.pt.trace.json" for n in (11, 2, 5, 8)]

@@ -100,9 +100,10 @@ class WindowWriter:
             try:
                 with progress(f"writing {name}"):
                     output.write(prof, os.path.join(self.folder, name))
-            except OSError as exc:
+            except Exception as exc:  # never into the profiled program: kept for the summary
                 self.errors.append(f"cannot write {output.kind} {name!r} in "
-                                   f"{self.shown_folder!r} ({exc.strerror or exc})")
+                                   f"{self.shown_folder!r} "
+                                   f"({getattr(exc, 'strerror', None) or exc})")
                 continue
             shown = os.path.join(self.shown_folder, name)
             self.written.append(f"wrote {output.kind} {shown}"
