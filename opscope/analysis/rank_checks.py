@@ -10,8 +10,9 @@ their facts are added up:
   traces both carry them; ``trace_id`` is new in every file, so it tells
   nothing). Two traces of one rank from different processes or world sizes, or
   ranks that disagree on the world size, are refused in one line naming two
-  of the files: :func:`check_one_run`. (A rank restarted by torchelastic is a
-  new process too: give each attempt's traces on their own.)
+  of the files: :func:`check_one_run` (``ranks``, ``report`` and ``merge``).
+  (A rank restarted by torchelastic is a new process too: give each attempt's
+  traces on their own.)
 - **Bounded ranks.** A rank must be below its trace's ``world_size``, and both
   at most ``MAX_RANKS``; nothing is then sized by a forged rank number such as
   2,000,000,000: :func:`check_ranks`.
@@ -19,7 +20,7 @@ their facts are added up:
   (``opscopeClockOffsetNs``) must stay within ``MAX_ALIGNED_NS`` of the epoch,
   so 64-bit arithmetic never overflows: :func:`check_times`.
 
-Each failure is a :class:`~opscope.analysis.rank_traces.RankTraceError` (the
+Each failure is a :class:`RankTraceError` (``rank_traces`` exports it too; the
 CLI prints it as one line and exits 2).
 
 Example::
