@@ -30,6 +30,21 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def terminate_when(marker: Path, proc: subprocess.Popen, before=None) -> str:
+    """``before()``, then SIGTERM ``proc`` once ``marker`` exists; its stderr. The group is
+    killed if anything fails on the way."""
+    try:
+        if before is not None:
+            before()
+        wait_for(marker, proc, timeout=120)
+        os.kill(proc.pid, signal.SIGTERM)
+        return proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
 def test_the_survivor_of_a_killed_rank_writes_its_partial_window(tmp_path):
     traces = tmp_path / "traces"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -92,14 +107,7 @@ def test_sigterm_under_opscope_run_writes_the_window_marked_partial(tmp_path):
                              "--schedule", "0,1,100000,1", str(tmp_path / "train.py"), str(marker)],
                             env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for(marker, proc, timeout=120)
-        os.kill(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    err = terminate_when(marker, proc)
     assert proc.returncode == 143, err  # sys.exit(143), as a shell shows a SIGTERM
     assert "stopped by SIGTERM" in err
     written = [p.name for p in (tmp_path / "out").glob("*.pt.trace.json")]

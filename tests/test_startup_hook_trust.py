@@ -14,10 +14,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from opscope.on_demand import control
+from test_job_signals import terminate_when
 from test_on_demand_startup import hooked_env, run_python, wait_for_registration
 
 # the first line the script runs, after `import torch`: what opscope left running or built
@@ -89,21 +89,14 @@ def sigterm_while_recording(run: Path, env: dict) -> tuple:
     proc = subprocess.Popen([sys.executable, str(run.parent / "train.py"), str(marker)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    try:
+    request = control.new_request(STEPS, str(run / "traces"))
+
+    def trigger():
         wait_for_registration(proc)
-        request = control.new_request(STEPS, str(run / "traces"))
         control.write_request(proc.pid, request)
         os.kill(proc.pid, control.read_registration(proc.pid)["signal"])
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+
+    err = terminate_when(marker, proc, before=trigger)
     return proc.returncode, control.take_result(proc.pid, request["id"]), err
 
 
