@@ -77,7 +77,7 @@ import os
 import sys
 from typing import List, Optional, Union
 
-from opscope.store.folder import (check_footer, check_store_folder, max_part_rows,
+from opscope.store.folder import (check_rows, check_store_folder, max_part_rows,
                                   partition_values, regular_file_inside)
 from opscope.store.sandbox import CONNECT_CONFIG, literal_path, lock_down, quote
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
@@ -210,8 +210,8 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
         _set_memory_limit(con, memory_limit)
         files = {t: part_files(path, t) for t in COLUMNS}
         limit = max_part_rows()
-        for f in (f for t in COLUMNS for f in files[t]):
-            check_footer(os.fspath(store), f, limit)  # before DuckDB reads a row
+        for table in COLUMNS:  # before DuckDB reads a row
+            _check_footers(con, files[table], limit, table, os.fspath(store))
         views = [(t, table_sql(path, t, files[t])) for t in COLUMNS]
         for name, sql in views + list(DERIVED_VIEWS.items()):
             _create_view(con, name, sql, store)
@@ -221,6 +221,27 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
         con.close()
         raise
     return con
+
+
+def _check_footers(con, files: List[str], limit: int, table: str, store: str) -> None:
+    """The rows each file's footer declares (DuckDB's ``parquet_file_metadata``) must be
+    its row groups' sum and at most ``limit`` (``folder.check_footer`` says the same for
+    pyarrow); StoreError naming the file."""
+    if not files:
+        return
+    listed = ", ".join(quote(literal_path(f)) for f in files)
+    try:
+        rows = con.execute(
+            f"SELECT f.file_name, f.num_rows, coalesce(g.n, 0) FROM parquet_file_metadata("
+            f"[{listed}]) f LEFT JOIN (SELECT file_name, sum(n) AS n FROM (SELECT file_name, "
+            f"row_group_id, any_value(row_group_num_rows) AS n FROM parquet_metadata("
+            f"[{listed}]) GROUP BY ALL) GROUP BY ALL) g USING (file_name)").fetchall()
+    except sys.modules["duckdb"].Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StoreError(f"store {store!r}: cannot read its {table!r} table ({first})") \
+            from None
+    for name, declared, groups in rows:
+        check_rows(store, name, declared, groups, limit)
 
 
 def _set_memory_limit(con, memory_limit: Optional[str]) -> None:

@@ -107,15 +107,20 @@ def check_footer(store: str, path: str, max_rows: Optional[int] = None) -> int:
         raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
     rows = meta.num_rows
     groups = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    if rows < 0 or rows != groups:
-        raise StoreError(f"store {store!r}: {path!r} declares {rows:,} rows but its row "
-                         f"groups hold {groups:,}")
-    limit = max_part_rows() if max_rows is None else max_rows
-    if rows > limit:
-        raise StoreError(f"store {store!r}: {path!r} declares {rows:,} rows, more than the "
-                         f"{limit:,} a window may hold (raise OPSCOPE_MAX_TRACE_BYTES to "
-                         f"read it)")
+    check_rows(store, path, rows, groups, max_part_rows() if max_rows is None else max_rows)
     return rows
+
+
+def check_rows(store: str, path: str, declared: int, groups: int, limit: int) -> None:
+    """StoreError naming ``path`` unless the rows its footer declares are its row groups'
+    sum (``groups``) and at most ``limit``."""
+    if declared < 0 or declared != groups:
+        raise StoreError(f"store {store!r}: {path!r} declares {declared:,} rows but its row "
+                         f"groups hold {groups:,}")
+    if declared > limit:
+        raise StoreError(f"store {store!r}: {path!r} declares {declared:,} rows, more than "
+                         f"the {limit:,} a window may hold (raise OPSCOPE_MAX_TRACE_BYTES to "
+                         f"read it)")
 
 
 def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
