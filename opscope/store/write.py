@@ -9,7 +9,8 @@ rank's collectives, keyed as ``opscope.analysis.collective_keys`` keys them;
 last. A writer that streams a big window writes each table itself, batch by
 batch, with ``part_writer(table, rank, window)``. Every Parquet file is written under a temp name in its own folder and
 renamed onto its place, so a reader never sees half a file and a window
-written again replaces the old one.
+written again replaces the old one. Writers of one rank take turns
+(:func:`rank_lock`), so two processes appending to one store lose no window.
 
 Example::
 
