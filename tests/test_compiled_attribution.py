@@ -124,8 +124,8 @@ def test_results_equal_those_without_recording(compiled_profile):
 
 
 def test_site_notes_round_trip_and_module_paths():
-    line = SITE_LINE_PREFIX + repr(("aten::mm", ((("", "M"), ("a.0", "L")),), ("f.py(1): g",))) + ")"
-    assert parse_sites(line + "\n") == [("aten::mm", ((("", "M"), ("a.0", "L")),), ("f.py(1): g",))]
+    site = ("aten::mm", ((1, (("", "M"), ("a.0", "L"))),), ("f.py(1): g",))
+    assert parse_sites(SITE_LINE_PREFIX + repr(site) + ")\n") == [site]
     assert parse_sites("x = 1\n") is None
     assert module_path("L['self'].layers[2]", "L['self']") == "layers.2"
 

@@ -13,7 +13,7 @@ call is the k-th ``aten::addmm`` site), and then:
   of the forward modules they differentiate (the forward call is the one whose
   ``CompiledFunction`` has the backward's sequence number); ``analysis.modules`` counts
   those as backward time, not as calls. A kernel fused from nodes of several modules
-  counts for the innermost module that holds all of them (the *shared* rule);
+  counts for the module that holds most of its nodes (the *majority* rule);
 - **source lines** (``with_stack``): a kernel's stack is the model source Dynamo
   recorded for its nodes (``file(line): function``), not Inductor's generated wrapper.
 
@@ -141,31 +141,64 @@ def _kernel_stacks(raw: RawSession, calls: List[_Call]
     flags = raw.records["flags"]
     table = list(raw.stack_table)
     index: Dict[Tuple[str, ...], int] = {}
+    order = np.lexsort((-raw.records["end_ns"], raw.records["start_ns"]))
     for call in calls:
+        caller = _caller_frames(raw, call.row)
         for row, site in call.matched:
-            frames = tuple(site[2])
+            frames = tuple(site[2]) or caller
             if not frames:
                 continue
             if frames not in index:
                 index[frames] = len(table)
                 table.append(list(frames))
-            stack_ids[row] = index[frames]
-            flags[row] |= FLAG_SOURCE_STACK
+            rows = np.append(_inside(raw, order, row), row)  # an extern call's own ops too
+            stack_ids[rows] = index[frames]
+            flags[rows] |= FLAG_SOURCE_STACK
     return stack_ids, table
 
 
-def _shared_stack(site: Any) -> List[Tuple[str, str]]:
-    """The modules below the compiled root that hold all of a site's nodes."""
-    stacks = [list(s)[1:] for s in site[1] if s]
-    if not stacks:
-        return []
-    shared = stacks[0]
-    for stack in stacks[1:]:
-        n = 0
-        while n < min(len(shared), len(stack)) and shared[n] == stack[n]:
-            n += 1
-        shared = shared[:n]
-    return shared
+def _caller_frames(raw: RawSession, row: int) -> Tuple[str, ...]:
+    """The program's frames around a graph call (torch's own left out): the stack of a
+    kernel whose nodes Dynamo recorded no source line for (code inside torch.nn)."""
+    sid = int(raw.stack_ids[row]) if raw.stack_ids is not None else NO_STACK
+    if sid < 0 or raw.stack_table is None or sid >= len(raw.stack_table):
+        return ()
+    return tuple(f for f in raw.stack_table[sid] if not _is_torch_frame(f))
+
+
+def _is_torch_frame(frame: str) -> bool:
+    path = frame.replace("\\", "/")
+    return "/torch/" in path or path.startswith("torch/") or "torchinductor" in path
+
+
+def _site_modules(site: Any) -> List[Tuple[str, str]]:
+    """The modules below the compiled root that a site counts for, outermost first.
+
+    The *majority* rule, for a kernel fused from nodes of several modules: from the root,
+    go into the submodule that holds more than half of the site's nodes (those with a
+    module), and stop where none does. A fused ``layer_norm + relu`` of 10 LayerNorm nodes
+    and 1 ReLU node counts for the LayerNorm; a kernel split evenly between two blocks
+    counts for their parent.
+
+    >>> _site_modules(("k", ((10, (("", "M"), ("0", "B"), ("0.ln", "LN"))),
+    ...                      (1, (("", "M"), ("0", "B")))), ()))
+    [('0', 'B'), ('0.ln', 'LN')]
+    """
+    weighted = [(int(n), list(stack)[1:]) for n, stack in site[1] if stack]
+    total = sum(n for n, _ in weighted)
+    chosen: List[Tuple[str, str]] = []
+    depth = 0
+    while total:
+        held: Dict[Tuple[str, str], int] = {}
+        for n, stack in weighted:
+            if len(stack) > depth and stack[:depth] == chosen:
+                held[stack[depth]] = held.get(stack[depth], 0) + n
+        best = max(held.items(), key=lambda item: item[1], default=None)
+        if best is None or 2 * best[1] <= total:
+            break
+        chosen.append(best[0])
+        depth += 1
+    return chosen
 
 
 def _module_ranges(raw: RawSession, calls: List[_Call]) -> Dict[str, Any]:
@@ -214,7 +247,7 @@ def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
 
     for row, site in call.matched:
         chain = list(context) if call.backward else []
-        for path, cls in _shared_stack(site):
+        for path, cls in _site_modules(site):
             full = f"{prefix}.{path}" if prefix else path
             info = modules.setdefault(f"{full} ({cls})",
                                       ModuleInfo.for_module(full, cls, root_class))
@@ -240,8 +273,8 @@ def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
 def _site_root(call: _Call) -> str:
     """The compiled root's class, as its nodes' module stacks name it."""
     for _, site in call.matched:
-        for stack in site[1]:
-            if stack:
+        for _, stack in site[1]:
+            if stack and stack[0][1]:
                 return str(stack[0][1])
     return ""
 

@@ -19,9 +19,9 @@ A graph compiled before ``import opscope`` has no sites: it stays at graph level
 
 Example (a site's shape)::
 
-    >>> site_from_parts("graph_0_cpp_fused_add_0", [(("0", "Block"),)],
+    >>> site_from_parts("graph_0_cpp_fused_add_0", [(("", "M"), ("0", "Block"))] * 2,
     ...                 ['  File "m.py", line 9, in forward\\n    x + y\\n'])
-    ('graph_0_cpp_fused_add_0', ((('0', 'Block'),),), ('m.py(9): forward',))
+    ('graph_0_cpp_fused_add_0', ((2, (('', 'M'), ('0', 'Block'))),), ('m.py(9): forward',))
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-SITES_GLOBAL = "_opscope_sites_v1"  # the version: a newer format is a new name
+SITES_GLOBAL = "_opscope_sites_v2"  # the version: a newer format is a new name
 SITE_LINE_PREFIX = 'globals().setdefault("%s", []).append(' % SITES_GLOBAL
 CALL_RANGE_PREFIX = "## Call CompiledFxGraph "
-MAX_SITE_MODULES = 8  # module stacks noted per site (a fused kernel's distinct stacks)
+MAX_SITE_MODULES = 16  # module stacks noted per site (a fused kernel's distinct stacks)
 MAX_SITE_FRAMES = 16
 
 Site = Tuple[str, Tuple[Tuple[Tuple[str, str], ...], ...], Tuple[str, ...]]
@@ -43,6 +43,7 @@ Site = Tuple[str, Tuple[Tuple[Tuple[str, str], ...], ...], Tuple[str, ...]]
 _lock = threading.Lock()
 _graphs: "Dict[str, List[weakref.ref]]" = {}  # call-range key -> compiled graphs
 _parsed: "weakref.WeakKeyDictionary[Any, Optional[List[Site]]]" = weakref.WeakKeyDictionary()
+_ROOT_TOKEN = re.compile(r"L\[['\"][^'\"]*['\"]\]")  # Dynamo's name of the compiled frame's local
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -74,15 +75,21 @@ def _plain(fqn: str) -> str:
 
 def module_stack(meta: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
     """An FX node's modules, outermost first, as ``(path, class)``: first the compiled
-    root, ``("", class)``, then its submodules' paths under it; () when unknown."""
+    root, ``("", class)`` (``""`` for the class when Dynamo did not list the root), then
+    its submodules' paths under it; () when unknown."""
     stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack") or {}
     entries = [value for value in stack.values()
                if isinstance(value, tuple) and len(value) == 2]
     if not entries:
         return ()
-    root = str(entries[0][0])
-    out = [("", getattr(entries[0][1], "__name__", str(entries[0][1])))]
-    for fqn, cls in entries[1:]:
+    token = _ROOT_TOKEN.match(str(entries[0][0]))
+    root = token.group(0) if token else ""
+    root_class = ""
+    if root and str(entries[0][0]) == root:
+        root_class = getattr(entries[0][1], "__name__", str(entries[0][1]))
+        entries = entries[1:]
+    out = [("", root_class)]
+    for fqn, cls in entries:
         path = module_path(str(fqn), root)
         if path:
             out.append((path, getattr(cls, "__name__", str(cls))))
@@ -104,12 +111,13 @@ def source_frames(stack_traces: Iterable[str]) -> Tuple[str, ...]:
 
 def site_from_parts(name: str, stacks: Sequence[Tuple[Tuple[str, str], ...]],
                     traces: Iterable[str]) -> Site:
-    """One call site as noted in the generated module."""
-    distinct: List[Tuple[Tuple[str, str], ...]] = []
+    """One call site as noted in the generated module: its op, its nodes' module stacks
+    with how many nodes each (most first), its source frames."""
+    counts: Dict[Tuple[Tuple[str, str], ...], int] = {}
     for stack in stacks:
-        if stack not in distinct:
-            distinct.append(tuple(stack))
-    return (name, tuple(distinct[:MAX_SITE_MODULES]), source_frames(traces))
+        counts[tuple(stack)] = counts.get(tuple(stack), 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:MAX_SITE_MODULES]
+    return (name, tuple((n, stack) for stack, n in ranked), source_frames(traces))
 
 
 def _origins(node_schedule: Any, is_extern: bool) -> List[Any]:
