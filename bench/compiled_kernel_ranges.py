@@ -43,7 +43,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Block(args.width) for _ in range(4)])
     x = torch.randn(16, args.width)
@@ -56,8 +58,10 @@ def main() -> None:
     for compiled in variants.values():
         timed(compiled, x, 3)
     times = {name: [] for name in variants}
+    order = list(variants.items())
     for _ in range(args.rounds):
-        for name, compiled in variants.items():
+        order.reverse()  # each variant goes first in every other round
+        for name, compiled in order:
             times[name].append(timed(compiled, x, args.steps))
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, value in medians.items():
