@@ -60,7 +60,17 @@ def _patch_provenance(module_name: str) -> None:
 
 
 def _debug_imported() -> None:
-    _patch_provenance("torch._inductor.debug")
+    if callable(getattr(sys.modules.get("torch._inductor.debug"), PROVENANCE, None)):
+        _patch_provenance("torch._inductor.debug")
+        inductor_sites.HOOKED[0] = True
+        return
+    import warnings
+
+    import torch
+
+    warnings.warn(f"opscope: torch {torch.__version__}'s Inductor has no per-kernel "
+                  f"provenance hook ({PROVENANCE}): torch.compile'd graphs are shown at graph "
+                  "level, their kernels without modules or source lines", RuntimeWarning)
 
 
 def _output_code_imported() -> None:

@@ -38,6 +38,7 @@ CALL_RANGE_PREFIX = "## Call CompiledFxGraph "
 MAX_SITE_MODULES = 16  # module stacks noted per site (a fused kernel's distinct stacks)
 MAX_SITE_FRAMES = 16
 
+HOOKED = [False]  # set once Inductor's provenance hook notes sites (inductor_install)
 Site = Tuple[str, Tuple[Tuple[Tuple[str, str], ...], ...], Tuple[str, ...]]
 
 _lock = threading.Lock()
@@ -233,8 +234,8 @@ def sites_for(names: Iterable[str]) -> Dict[str, List[Optional[List[Site]]]]:
 def compiled_sites(names: Sequence[str]) -> Optional[Dict[str, List[Optional[List[Site]]]]]:
     """``sites_for`` the compiled-graph call ranges among a recording's names; None when it
     has none (never raises: a failure leaves the graphs at graph level)."""
-    if not any(name.startswith(CALL_RANGE_PREFIX) for name in names):
-        return None
+    if not HOOKED[0] or not any(name.startswith(CALL_RANGE_PREFIX) for name in names):
+        return None  # no hook (an old torch said so once at Inductor's import): graph level
     try:
         return sites_for(names)
     except Exception:  # noqa: BLE001  (what was recorded is kept, at graph level)
