@@ -204,3 +204,26 @@ def _any_warnings():
             return caught
 
     return _Catch(record=True)
+
+
+def test_diff_by_module_matches_an_eager_and_a_compiled_trace(compiled_profile, tmp_path,
+                                                              capsys):
+    from test_cli_table import run_cli
+
+    prof, _, model, x, _ = compiled_profile
+    with opscope.profile(with_modules=True) as eager:
+        _step(model, x)
+    eager.export_chrome_trace(str(tmp_path / "eager.json"))
+    prof.export_chrome_trace(str(tmp_path / "compiled.json"))
+    status, out, err = run_cli(capsys, "diff", str(tmp_path / "eager.json"),
+                               str(tmp_path / "compiled.json"), "--group-by", "module")
+    assert status == 0, err
+    lines = {line.split()[0]: line.split() for line in out.splitlines()
+             if line.strip() and line.strip()[0] in "S0123456789" and "ms" in line + "us"}
+    for module in ("0.fc1", "1.fc2", "0.ln"):
+        cells = lines[module]
+        assert cells[2] == "1" and cells[5] == "1", cells  # one call on each side
+    status, _, err = run_cli(capsys, "diff", str(tmp_path / "eager.json"),
+                             str(tmp_path / "compiled.json"), "--group-by", "module",
+                             "-o", str(tmp_path / "d.html"))
+    assert status == 2 and "--group-by module" in err

@@ -78,6 +78,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"smallest change of an op's self time, in percent of its old "
                              f"self time, marked as a regression or improvement "
                              f"(default: {DEFAULT_THRESHOLD_PCT:g})")
+    parser.add_argument("--group-by", choices=["module"], default=None,
+                        help="module: one row per module call path instead, with both sides' "
+                             "forward and backward time and the change (traces that recorded "
+                             "with_modules; an eager and a torch.compile'd trace of one model "
+                             "match module by module)")
     add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
@@ -143,6 +148,8 @@ def main(args: argparse.Namespace) -> int:
 
         check_no_window_options(args, args.a)
     a, b = _Input(args.a, args), _Input(args.b, args)
+    if getattr(args, "group_by", None) == "module":
+        return _module_diff(a, b, args)
     both = a.has_modules and b.has_modules
     from opscope.analysis.diff import diff_sides
 
@@ -160,4 +167,24 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"argument -o/--output: cannot write {args.output!r} "
                              f"({exc.strerror or exc})") from None
         write_text(f"opscope: wrote diff {args.output} (open it in a browser)\n", sys.stderr)
+    return 0
+
+
+def _module_diff(a: _Input, b: _Input, args: argparse.Namespace) -> int:
+    """``--group-by module``: the module diff as text (traces only, both with modules)."""
+    from opscope.analysis.module_diff import module_diff
+    from opscope.export.module_diff_text import format_module_diff
+
+    for side in (a, b):
+        if side.session is None:
+            raise UsageError(f"argument --group-by: module: {side.path!r} is a store; "
+                             f"expected a trace file or folder")
+        if not side.has_modules:
+            raise UsageError(f"argument --group-by: module: {side.path!r} has no modules "
+                             f"(record with with_modules=True)")
+    if args.output:
+        raise UsageError("argument -o/--output: not with --group-by module yet (text only)")
+    with progress("comparing"):
+        rows = module_diff(a.session, b.session)
+    write_text(format_module_diff(rows, names=(a.name, b.name)) + "\n")
     return 0
