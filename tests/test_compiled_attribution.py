@@ -227,3 +227,32 @@ def test_diff_by_module_matches_an_eager_and_a_compiled_trace(compiled_profile, 
                              str(tmp_path / "compiled.json"), "--group-by", "module",
                              "-o", str(tmp_path / "d.html"))
     assert status == 2 and "--group-by module" in err
+
+
+def test_table_by_graph_has_the_forward_and_backward_graph(compiled_profile, tmp_path, capsys):
+    from test_cli_table import run_cli
+
+    compiled_profile[0].export_chrome_trace(str(tmp_path / "compiled.json"))
+    status, out, err = run_cli(capsys, "table", str(tmp_path / "compiled.json"),
+                               "--group-by", "graph")
+    assert status == 0, err
+    rows = [line.split() for line in out.splitlines() if " forward " in line + " "
+            or " backward " in line + " "]
+    assert sorted(r[1] for r in rows) == ["backward", "forward"], out
+    for row in rows:
+        assert int(row[3]) == 1 and int(row[5]) >= 1 and row[6].endswith("%"), row
+
+
+def test_graph_breaks_are_read_from_the_metadata_and_bounded():
+    from opscope.analysis.build import build_session
+    from opscope.analysis.compiled_graphs import graph_breaks
+    from opscope.model.records import RawSession
+    from opscope.model.torch_names import GRAPH_BREAKS_KEY
+
+    def breaks(text):
+        raw = RawSession.empty()
+        raw.metadata[GRAPH_BREAKS_KEY] = text
+        return graph_breaks(build_session(raw))
+
+    assert breaks('{"print() call": 2}') == {"print() call": 2}
+    assert breaks("[" * 100_000) == {} and breaks('"x"') == {} and breaks('{"a": "b"}') == {}

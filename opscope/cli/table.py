@@ -41,33 +41,34 @@ print its key_averages table, as prof.key_averages().table() prints it. TRACE
 may be an opscope store: the table is aggregated in DuckDB over the window that
 --rank/--window choose (default: the lowest rank's newest window), or over
 several added up ('all'), rows in order of their first event."""
-GROUP_BY_FORM = "shape|stack:N|module"
+GROUP_BY_FORM = "shape|stack:N|module|graph"
 
 
 class GroupBy(NamedTuple):
-    """What rows are grouped by besides the name: ``shape``, ``stack`` (N frames) or ``module``."""
+    """What rows are grouped by besides the name: ``shape``, ``stack`` (N frames), ``module``
+    or ``graph`` (one row per torch.compile'd graph: ``analysis.compiled_graphs``)."""
 
     kind: str
     frames: int = 0
 
 
 def parse_group_by(text: str) -> GroupBy:
-    """Parse ``shape``, ``stack:N`` (N >= 1) or ``module``.
+    """Parse ``shape``, ``stack:N`` (N >= 1), ``module`` or ``graph``.
 
     >>> parse_group_by("stack:3"), parse_group_by("module").kind
     (GroupBy(kind='stack', frames=3), 'module')
     >>> parse_group_by("stack")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected shape, stack:N (N >= 1 frames) or module; got 'stack'
+    argparse.ArgumentTypeError: expected shape, stack:N (N >= 1 frames), module or graph; got 'stack'
     """
     kind, _, count = text.partition(":")
-    if kind in ("shape", "shapes", "module", "modules") and not count:
+    if kind in ("shape", "shapes", "module", "modules", "graph", "graphs") and not count:
         return GroupBy(kind.rstrip("s"))
     if kind == "stack" and count.isdigit() and int(count) >= 1:
         return GroupBy("stack", int(count))
     raise argparse.ArgumentTypeError(
-        f"expected shape, stack:N (N >= 1 frames) or module; got {text!r}")
+        f"expected shape, stack:N (N >= 1 frames), module or graph; got {text!r}")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -158,6 +159,11 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
     from opscope.event_list import ModuleList
 
     options = session.options
+    if group_by is not None and group_by.kind == "graph":
+        from opscope.analysis.compiled_graphs import graph_breaks, graph_rows
+        from opscope.export.graph_table import format_graph_table
+
+        return format_graph_table(graph_rows(session), graph_breaks(session))
     if group_by is not None and group_by.kind == "module":
         from opscope.analysis.modules import module_rows
 
@@ -187,6 +193,9 @@ def check_sort(sort: Optional[str], group_by: Optional[GroupBy]) -> None:
     """Raise :class:`UsageError` naming --sort when the table cannot sort by ``sort``."""
     if sort is None:
         return
+    if group_by is not None and group_by.kind == "graph":
+        raise UsageError("argument --sort: the graph table is in the order the graphs first "
+                         "ran; use no --sort with --group-by graph")
     if group_by is not None and group_by.kind == "module":
         from opscope.export.module_table import SORT_KEYS
 
@@ -223,9 +232,10 @@ def store_main(args: argparse.Namespace) -> int:
     con = open_store(args.trace)
     windows = chosen_windows(con, args, args.trace)
     where = store_label(args.trace, windows)
-    if args.group_by is not None and args.group_by.kind == "module":
+    if args.group_by is not None and args.group_by.kind in ("module", "graph"):
         if len(windows) != 1:
-            raise UsageError(f"argument --group-by: the module table reads one window; "
+            raise UsageError(f"argument --group-by: the {args.group_by.kind} table reads one "
+                             f"window; "
                              f"{where}: choose one with --rank and --window")
         return print_session_table(args, load_store_window(args.trace, windows[0]), where)
     options = chosen_options(windows)

@@ -240,3 +240,17 @@ def compiled_sites(names: Sequence[str]) -> Optional[Dict[str, List[Optional[Lis
         return sites_for(names)
     except Exception:  # noqa: BLE001  (what was recorded is kept, at graph level)
         return None
+
+
+def graph_breaks_so_far(limit: int = 100) -> Dict[str, int]:
+    """Dynamo's graph breaks so far in this process (reason -> count, the most frequent
+    ``limit``), from its own counters; {} when Dynamo is not loaded."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    counter = getattr(utils, "counters", {}).get("graph_break") if utils is not None else None
+    try:
+        items = sorted(dict(counter or {}).items(), key=lambda item: -int(item[1]))
+        return {str(reason)[:500]: int(count) for reason, count in items[:limit]}
+    except Exception:  # noqa: BLE001  (Dynamo's internals moved: no breaks to show)
+        return {}

@@ -38,11 +38,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.flight_recorder import flight_recorder_rows
-from opscope.collect.inductor_sites import compiled_sites
+from opscope.collect.inductor_sites import compiled_sites, graph_breaks_so_far
 from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
-from opscope.model.torch_names import CLOCK_OFFSET_KEY, FLIGHT_RECORDER_KEY
+from opscope.model.torch_names import CLOCK_OFFSET_KEY, FLIGHT_RECORDER_KEY, GRAPH_BREAKS_KEY
 
 Mark = Tuple[int, int, str]
 
@@ -151,6 +151,9 @@ class Recording:
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
         extra.update(probe_fields)
         extra["compiled_sites"] = compiled_sites(raw.names)
+        breaks = graph_breaks_so_far() if extra["compiled_sites"] is not None else None
+        if breaks:
+            metadata[GRAPH_BREAKS_KEY] = json.dumps(breaks)
         return dataclasses.replace(raw, **extra)
 
     def discard(self) -> None:

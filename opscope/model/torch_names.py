@@ -31,6 +31,8 @@ CLOCK_OFFSET_KEY = "opscopeClockOffsetNs"
 MERGED_RANKS_KEY = "opscopeMergedRanks"
 # opscope's own metadata key: the flight recorder's collectives of the window, as rows
 # [group name, collective_seq_id, profiling name, time created (Unix ns)]
+# a live recording's: Dynamo's graph breaks so far in the process, JSON {reason: count}
+GRAPH_BREAKS_KEY = "opscopeGraphBreaks"
 FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
 # Collectives as each layer names them. The calling thread's dispatcher op
 # ("c10d::allreduce_", timing only the enqueue of an async op), the backend's
