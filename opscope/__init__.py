@@ -114,8 +114,9 @@ def _install_inductor_notes() -> None:
     Inductor as torch imports it (``opscope.collect.inductor_install``); never fails import."""
     try:
         from opscope.collect.inductor_install import install
+        from opscope.torch_import import after_import
 
-        install()
+        install(after_import)
     except Exception as exc:  # noqa: BLE001  (never break the program's import)
         import warnings
 

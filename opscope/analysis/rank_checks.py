@@ -33,11 +33,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
-if TYPE_CHECKING:
-    from opscope.analysis.rank_traces import RankFacts
-    from opscope.model.session import ProfileSession
+from opscope.model.session import ProfileSession
 
 MAX_RANKS = 1 << 20  # 1,048,576 ranks: beyond any job run so far
 MAX_ALIGNED_NS = 1 << 62  # aligned ns (about 146 years either side of 1970)
@@ -66,8 +64,8 @@ def check_rank_number(path: str, rank: int, world_size: Optional[int]) -> None:
                              f"highest rank opscope analyses")
 
 
-def check_ranks(facts: Sequence["RankFacts"]) -> None:
-    """Every rank within bounds and every time within ``MAX_ALIGNED_NS`` (traces or a store)."""
+def check_ranks(facts: Sequence[Any]) -> None:
+    """``analysis.rank_traces.RankFacts`` of each rank: every rank within bounds and every time within ``MAX_ALIGNED_NS`` (traces or a store)."""
     for f in facts:
         where = f.paths[0] if f.paths else f"rank {f.rank}"
         check_rank_number(where, f.rank, f.world_size)
@@ -79,7 +77,7 @@ def check_ranks(facts: Sequence["RankFacts"]) -> None:
                                  f"timestamps and clock offset")
 
 
-def check_times(path: str, session: "ProfileSession", offset_ns: int) -> None:
+def check_times(path: str, session: ProfileSession, offset_ns: int) -> None:
     """Refuse a trace whose times moved by ``offset_ns`` would leave ``MAX_ALIGNED_NS``.
 
     >>> from opscope.model.events import EventTable

@@ -1,7 +1,8 @@
 """Install opscope's notes into Inductor as torch imports it: no flag, no eager import.
 
-``install()`` (run by ``import opscope``) asks, for each Inductor module, to be
-called once it is imported (``opscope.torch_import.after_import``): a program that
+``install(after_import)`` (run by ``import opscope``, with
+``opscope.torch_import.after_import``) asks, for each Inductor module, to be called
+once it is imported: a program that
 never compiles never imports Inductor because of opscope. Then:
 
 - ``torch._inductor.config``: ``cpp.enable_kernel_profile`` is turned on, so each
@@ -26,10 +27,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from opscope.collect import inductor_sites
-from opscope.torch_import import after_import
 
 OPT_OUT_ENV = "OPSCOPE_KERNEL_RANGES"
 TORCH_FLAG_ENV = "TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"
@@ -93,8 +93,9 @@ def _output_code_imported() -> None:
     graph_class.post_compile = post_compile
 
 
-def install() -> None:
-    """Have each Inductor module patched once imported (at once if it already is)."""
+def install(after_import: Callable[[str, Callable[[], None]], None]) -> None:
+    """Have each Inductor module patched once imported (at once if it already is), through
+    ``after_import(module, fn)``."""
     after_import("torch._inductor.config", _config_imported)
     after_import("torch._inductor.debug", _debug_imported)
     after_import("torch._inductor.output_code", _output_code_imported)
