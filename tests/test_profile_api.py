@@ -249,7 +249,7 @@ def test_tensorboard_trace_handler_names_and_errors(native_only, tmp_path):
     bad = opscope.tensorboard_trace_handler(str(blocked / "sub"))
     with opscope.profile() as prof:
         torch.ones(2).add(1)
-    with pytest.raises(RuntimeError, match="file_not_dir"):
+    with pytest.warns(Warning, match="file_not_dir"):  # never stops training (issue 28)
         bad(prof)
 
 
