@@ -218,8 +218,7 @@ def test_diff_by_module_matches_an_eager_and_a_compiled_trace(compiled_profile, 
     status, out, err = run_cli(capsys, "diff", str(tmp_path / "eager.json"),
                                str(tmp_path / "compiled.json"), "--group-by", "module")
     assert status == 0, err
-    lines = {line.split()[0]: line.split() for line in out.splitlines()
-             if line.strip() and line.strip()[0] in "S0123456789" and "ms" in line + "us"}
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     for module in ("0.fc1", "1.fc2", "0.ln"):
         cells = lines[module]
         assert cells[2] == "1" and cells[5] == "1", cells  # one call on each side

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from opscope.on_demand import control
@@ -60,9 +61,22 @@ def test_the_main_threads_end_stops_the_job_thread_at_once(monkeypatch):
         pid = os.getpid()
         job = Job()
 
+    class ProgramThread:  # a thread of the program's own, still training
+        daemon = False
+        name = "trainer"
+
+        def is_alive(self):
+            return True
+
     monkeypatch.setattr(on_demand, "_agent", Agent())
+    main = threading.main_thread()
+    # the threads the pytest process has are not the program's: only the main one runs
+    monkeypatch.setattr(threading, "enumerate", lambda: [main])
     on_demand._main_thread_done()
     assert closed == [0.0]
+    monkeypatch.setattr(threading, "enumerate", lambda: [main, ProgramThread()])
+    on_demand._main_thread_done()
+    assert closed == [0.0]  # it stops by itself once that thread has ended
 
 
 # A training script: steps until killed; a marker file once a window has recorded a step.

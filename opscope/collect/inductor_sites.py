@@ -231,13 +231,20 @@ def sites_for(names: Iterable[str]) -> Dict[str, List[Optional[List[Site]]]]:
     return out
 
 
-def compiled_sites(names: Sequence[str]) -> Optional[Dict[str, List[Optional[List[Site]]]]]:
-    """``sites_for`` the compiled-graph call ranges among a recording's names; None when it
-    has none (never raises: a failure leaves the graphs at graph level)."""
-    if not HOOKED[0] or not any(name.startswith(CALL_RANGE_PREFIX) for name in names):
+def compiled_sites(names: Sequence[str], used: Iterable[int] = ()
+                   ) -> Optional[Dict[str, List[Optional[List[Site]]]]]:
+    """``sites_for`` the compiled-graph call ranges among the names that a recording's
+    records use (``used``: name ids; a collector's name table also holds earlier
+    recordings' names); None when it has none (never raises: a failure leaves the graphs
+    at graph level)."""
+    if not HOOKED[0]:
         return None  # no hook (an old torch said so once at Inductor's import): graph level
+    calls = [names[i] for i in used
+             if 0 <= i < len(names) and names[i].startswith(CALL_RANGE_PREFIX)]
+    if not calls:
+        return None
     try:
-        return sites_for(names)
+        return sites_for(calls)
     except Exception:  # noqa: BLE001  (what was recorded is kept, at graph level)
         return None
 
