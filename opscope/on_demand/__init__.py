@@ -222,8 +222,23 @@ def _main_thread_done() -> None:
 
 
 def _at_exit() -> None:
-    if _agent is not None and _agent.pid == os.getpid():
+    """At exit, the window being recorded is written. A SIGTERM meanwhile (torchrun stopping
+    the survivors of a dead rank) waits until it is, then ends the process as it would have."""
+    if _agent is None or _agent.pid != os.getpid():
+        return
+    deferred: list = []
+    try:
+        previous = signal_module.signal(signal_module.SIGTERM, lambda *_: deferred.append(1))
+    except (ValueError, OSError):  # not the main thread: nothing to defer
+        previous = None
+    try:
         disable_on_demand()
+    finally:
+        if previous is not None:
+            signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL
+                                 if previous is _on_sigterm else previous)
+        if deferred:
+            os.kill(os.getpid(), signal_module.SIGTERM)
 
 
 def on_demand_requested() -> bool:
