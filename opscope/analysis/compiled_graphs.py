@@ -25,13 +25,13 @@ from typing import Dict, List
 import numpy as np
 
 from opscope.analysis.ancestry import nearest_marked_ancestor
+from opscope.analysis.compiled_modules import is_torch_frame
 from opscope.analysis.modules import module_hierarchy
 from opscope.model.session import ProfileSession
-from opscope.model.torch_names import GRAPH_BREAKS_KEY
+from opscope.model.torch_names import (COMPILED_BACKWARD, COMPILED_CALL_PREFIX,
+                                       COMPILED_FRAME_PREFIX, GRAPH_BREAKS_KEY,
+                                       compiled_graph_key)
 
-CALL_PREFIX = "## Call CompiledFxGraph "
-FRAME_PREFIX = "Torch-Compiled Region"
-BACKWARD_RANGE = "CompiledFunctionBackward"
 KERNEL_PREFIX = "graph_"
 
 
@@ -52,30 +52,30 @@ class GraphRow:
 def graph_rows(session: ProfileSession) -> List[GraphRow]:
     """The session's compiled graphs, in the order of their first call."""
     table = session.table
-    is_call = table.named_like(CALL_PREFIX)
+    is_call = table.named_like(COMPILED_CALL_PREFIX)
     if not is_call.any():
         return []
     call_of = nearest_marked_ancestor(table.parent, is_call)
-    frame_of = nearest_marked_ancestor(table.parent, table.named_like(FRAME_PREFIX))
-    backward_of = nearest_marked_ancestor(table.parent, table.named_like(BACKWARD_RANGE))
+    frame_of = nearest_marked_ancestor(table.parent, table.named_like(COMPILED_FRAME_PREFIX))
+    backward_of = nearest_marked_ancestor(table.parent, table.named_like(COMPILED_BACKWARD))
     hierarchy = module_hierarchy(session) if session.modules else None
     rows: Dict[str, GraphRow] = {}
     kernels: Dict[str, set] = {}
     for row in np.flatnonzero(is_call).tolist():
-        key = table.name(row)[len(CALL_PREFIX):].strip("# ")
+        key = compiled_graph_key(table.name(row))
         graph = rows.get(key)
         if graph is None:
             frame = table.name(int(frame_of[row])) if frame_of[row] >= 0 else ""
             graph = rows[key] = GraphRow(
                 key, "backward" if backward_of[row] >= 0 else "forward",
-                frame[len(FRAME_PREFIX):].strip(": "), _caller(session, row))
+                frame[len(COMPILED_FRAME_PREFIX):].strip(": "), _caller(session, row))
             kernels[key] = set()
         graph.calls += 1
         graph.time_us += float(table.duration_ns[row]) / 1000.0
     inside = np.flatnonzero(call_of >= 0)
     placed: Dict[str, List[float]] = {key: [0.0, 0.0] for key in rows}
     for row in inside.tolist():
-        key = table.name(int(call_of[row]))[len(CALL_PREFIX):].strip("# ")
+        key = compiled_graph_key(table.name(int(call_of[row])))
         name = table.name(row)
         if name.startswith(KERNEL_PREFIX):
             kernels[key].add(name)
@@ -94,11 +94,7 @@ def _caller(session: ProfileSession, row: int) -> str:
     """The innermost frame of the program (not torch's) in the call's stack, or ''."""
     stacks = session.stacks
     frames = stacks[row] if stacks is not None and row < len(stacks) else None
-    for frame in frames or ():
-        path = frame.replace("\\", "/")
-        if "/torch/" not in path and not path.startswith("torch/"):
-            return frame
-    return ""
+    return next((f for f in frames or () if not is_torch_frame(f)), "")
 
 
 def graph_breaks(session: ProfileSession) -> Dict[str, int]:

@@ -38,10 +38,9 @@ import numpy as np
 from opscope.model.modules import ModuleInfo
 from opscope.model.records import (FLAG_SOURCE_STACK, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_USER, RawSession)
+from opscope.model.torch_names import (COMPILED_BACKWARD, COMPILED_CALL_PREFIX,
+                                       COMPILED_FORWARD, compiled_graph_key)
 
-CALL_RANGE_PREFIX = "## Call CompiledFxGraph "
-FORWARD_RANGE = "CompiledFunction"
-BACKWARD_RANGE = "CompiledFunctionBackward"
 MAX_PAD_NS = 16  # a module range is widened by (16 - depth) ns, so it nests around its ops
 _warned: set = set()
 
@@ -59,24 +58,24 @@ def with_compiled_modules(raw: RawSession) -> RawSession:
     """``raw`` with module ranges and kernel stacks inside compiled graphs (see above)."""
     if not raw.compiled_sites or len(raw.records) == 0:
         return raw
-    calls = _matched_calls(raw)
+    order = np.lexsort((-raw.records["end_ns"], raw.records["start_ns"]))  # start, outer first
+    calls = _matched_calls(raw, order)
     if not calls:
         return raw
-    stack_ids, stack_table = _kernel_stacks(raw, calls)
+    stack_ids, stack_table = _kernel_stacks(raw, calls, order)
     raw = dataclasses.replace(raw, stack_ids=stack_ids, stack_table=stack_table)
     if raw.modules is None:
         return raw
     return dataclasses.replace(raw, **_module_ranges(raw, calls))
 
 
-def _matched_calls(raw: RawSession) -> List[_Call]:
+def _matched_calls(raw: RawSession, order: np.ndarray) -> List[_Call]:
     rec = raw.records
     names = raw.names
     call_ids = {i: names[i] for i in range(len(names))
-                if names[i].startswith(CALL_RANGE_PREFIX) and names[i] in raw.compiled_sites}
+                if names[i].startswith(COMPILED_CALL_PREFIX) and names[i] in raw.compiled_sites}
     if not call_ids:
         return []
-    order = np.lexsort((-rec["end_ns"], rec["start_ns"]))
     is_call = np.isin(rec["name_id"], list(call_ids))
     calls = []
     for row in order[is_call[order]].tolist():
@@ -122,7 +121,7 @@ def _match(raw: RawSession, order: np.ndarray, row: int,
 
 
 def _warn_once(name: str) -> None:
-    key = name[len(CALL_RANGE_PREFIX):].strip("# ")
+    key = compiled_graph_key(name)
     if key in _warned:
         return
     _warned.add(key)
@@ -132,7 +131,7 @@ def _warn_once(name: str) -> None:
                   "runs, or use `opscope run`", RuntimeWarning, stacklevel=2)
 
 
-def _kernel_stacks(raw: RawSession, calls: List[_Call]
+def _kernel_stacks(raw: RawSession, calls: List[_Call], order: np.ndarray
                    ) -> Tuple[Optional[np.ndarray], Optional[List[List[str]]]]:
     """With ``with_stack``: each matched op's stack is its nodes' model source."""
     if raw.stack_ids is None or raw.stack_table is None:
@@ -141,7 +140,6 @@ def _kernel_stacks(raw: RawSession, calls: List[_Call]
     flags = raw.records["flags"]
     table = list(raw.stack_table)
     index: Dict[Tuple[str, ...], int] = {}
-    order = np.lexsort((-raw.records["end_ns"], raw.records["start_ns"]))
     for call in calls:
         caller = _caller_frames(raw, call.row)
         for row, site in call.matched:
@@ -163,10 +161,15 @@ def _caller_frames(raw: RawSession, row: int) -> Tuple[str, ...]:
     sid = int(raw.stack_ids[row]) if raw.stack_ids is not None else NO_STACK
     if sid < 0 or raw.stack_table is None or sid >= len(raw.stack_table):
         return ()
-    return tuple(f for f in raw.stack_table[sid] if not _is_torch_frame(f))
+    return tuple(f for f in raw.stack_table[sid] if not is_torch_frame(f))
 
 
-def _is_torch_frame(frame: str) -> bool:
+def is_torch_frame(frame: str) -> bool:
+    """True for a frame of torch's own code or of Inductor's generated modules.
+
+    >>> is_torch_frame("/venv/site-packages/torch/nn/modules/module.py(1775): _call_impl")
+    True
+    """
     path = frame.replace("\\", "/")
     return "/torch/" in path or path.startswith("torch/") or "torchinductor" in path
 
@@ -284,8 +287,8 @@ def _call_contexts(raw: RawSession, calls: List[_Call], modules: Dict[str, Modul
     rec = raw.records
     names = raw.names
     range_ids = [i for i, n in enumerate(names) if n in modules]
-    fwd_id = names.index(FORWARD_RANGE) if FORWARD_RANGE in names else -1
-    bwd_id = names.index(BACKWARD_RANGE) if BACKWARD_RANGE in names else -1
+    fwd_id = names.index(COMPILED_FORWARD) if COMPILED_FORWARD in names else -1
+    bwd_id = names.index(COMPILED_BACKWARD) if COMPILED_BACKWARD in names else -1
     is_module = np.isin(rec["name_id"], range_ids) & (rec["scope"] == SCOPE_USER)
     marked = np.flatnonzero(is_module | (rec["name_id"] == fwd_id) | (rec["name_id"] == bwd_id))
     by_seq: Dict[int, List[str]] = {}

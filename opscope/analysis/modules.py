@@ -40,8 +40,7 @@ from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
 from opscope.analysis.autograd_links import backward_marks
 from opscope.analysis.facts import event_modules, module_ranges
 from opscope.model.session import ProfileSession
-
-COMPILED_CALL_PREFIX = "## Call CompiledFxGraph "
+from opscope.model.torch_names import COMPILED_CALL_PREFIX
 
 
 def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:

@@ -32,9 +32,10 @@ import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from opscope.model.torch_names import COMPILED_CALL_PREFIX, compiled_graph_key
+
 SITES_GLOBAL = "_opscope_sites_v2"  # the version: a newer format is a new name
 SITE_LINE_PREFIX = 'globals().setdefault("%s", []).append(' % SITES_GLOBAL
-CALL_RANGE_PREFIX = "## Call CompiledFxGraph "
 MAX_SITE_MODULES = 16  # module stacks noted per site (a fused kernel's distinct stacks)
 MAX_SITE_FRAMES = 16
 
@@ -222,9 +223,9 @@ def sites_for(names: Iterable[str]) -> Dict[str, List[Optional[List[Site]]]]:
     """
     out: Dict[str, List[Optional[List[Site]]]] = {}
     for name in names:
-        if not name.startswith(CALL_RANGE_PREFIX):
+        if not name.startswith(COMPILED_CALL_PREFIX):
             continue
-        key = name[len(CALL_RANGE_PREFIX):].rstrip("# ").strip()
+        key = compiled_graph_key(name)
         with _lock:
             graphs = [r() for r in _graphs.get(key, [])]
         out[name] = [_graph_sites(g) for g in graphs if g is not None]
@@ -240,7 +241,7 @@ def compiled_sites(names: Sequence[str], used: Iterable[int] = ()
     if not HOOKED[0]:
         return None  # no hook (an old torch said so once at Inductor's import): graph level
     calls = [names[i] for i in used
-             if 0 <= i < len(names) and names[i].startswith(CALL_RANGE_PREFIX)]
+             if 0 <= i < len(names) and names[i].startswith(COMPILED_CALL_PREFIX)]
     if not calls:
         return None
     try:

@@ -31,6 +31,23 @@ CLOCK_OFFSET_KEY = "opscopeClockOffsetNs"
 MERGED_RANKS_KEY = "opscopeMergedRanks"
 # opscope's own metadata key: the flight recorder's collectives of the window, as rows
 # [group name, collective_seq_id, profiling name, time created (Unix ns)]
+# torch.compile'd code's ranges: a graph's call (the key is its FX-graph cache key), the
+# autograd functions that run a forward and a backward graph, a Dynamo frame's region
+COMPILED_CALL_PREFIX = "## Call CompiledFxGraph "
+COMPILED_FORWARD = "CompiledFunction"
+COMPILED_BACKWARD = "CompiledFunctionBackward"
+COMPILED_FRAME_PREFIX = "Torch-Compiled Region"
+
+
+def compiled_graph_key(name: str) -> str:
+    """The graph key of a ``## Call CompiledFxGraph <key> ##`` range name.
+
+    >>> compiled_graph_key("## Call CompiledFxGraph fabc123 ##")
+    'fabc123'
+    """
+    return name[len(COMPILED_CALL_PREFIX):].strip("# ")
+
+
 # a live recording's: Dynamo's graph breaks so far in the process, JSON {reason: count}
 GRAPH_BREAKS_KEY = "opscopeGraphBreaks"
 FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
