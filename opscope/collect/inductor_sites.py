@@ -32,6 +32,8 @@ import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from opscope.model.torch_names import COMPILED_CALL_PREFIX, compiled_graph_key
 
 SITES_GLOBAL = "_opscope_sites_v2"  # the version: a newer format is a new name
@@ -232,16 +234,19 @@ def sites_for(names: Iterable[str]) -> Dict[str, List[Optional[List[Site]]]]:
     return out
 
 
-def compiled_sites(names: Sequence[str], used: Iterable[int] = ()
+def compiled_sites(names: Sequence[str], name_ids: Any = ()
                    ) -> Optional[Dict[str, List[Optional[List[Site]]]]]:
-    """``sites_for`` the compiled-graph call ranges among the names that a recording's
-    records use (``used``: name ids; a collector's name table also holds earlier
+    """``sites_for`` the compiled-graph call ranges that a recording's records use
+    (``name_ids``: its records' name ids; a collector's name table also holds earlier
     recordings' names); None when it has none (never raises: a failure leaves the graphs
-    at graph level)."""
+    at graph level). The records are looked at only when the name table has a call range."""
     if not HOOKED[0]:
         return None  # no hook (an old torch said so once at Inductor's import): graph level
-    calls = [names[i] for i in used
-             if 0 <= i < len(names) and names[i].startswith(COMPILED_CALL_PREFIX)]
+    call_ids = [i for i, name in enumerate(names) if name.startswith(COMPILED_CALL_PREFIX)]
+    if not call_ids:
+        return None
+    ids = np.asarray(name_ids)
+    calls = [names[int(i)] for i in np.unique(ids[np.isin(ids, call_ids)])]
     if not calls:
         return None
     try:

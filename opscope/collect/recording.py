@@ -35,7 +35,6 @@ import json
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
 
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
@@ -152,8 +151,7 @@ class Recording:
             metadata=metadata, memory_sightings=None,
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
         extra.update(probe_fields)
-        extra["compiled_sites"] = compiled_sites(
-            raw.names, np.unique(raw.records["name_id"]).tolist() if len(raw.records) else ())
+        extra["compiled_sites"] = compiled_sites(raw.names, raw.records["name_id"])
         breaks = graph_breaks_so_far() if extra["compiled_sites"] is not None else None
         if breaks:
             metadata[GRAPH_BREAKS_KEY] = json.dumps(breaks)
