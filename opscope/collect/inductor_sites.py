@@ -267,3 +267,29 @@ def graph_breaks_so_far(limit: int = 100) -> Dict[str, int]:
         return {str(reason)[:500]: int(count) for reason, count in items[:limit]}
     except Exception:  # noqa: BLE001  (Dynamo's internals moved: no breaks to show)
         return {}
+
+
+def compiled_frames_so_far(limit: int = 200) -> Dict[str, Dict[str, Any]]:
+    """Dynamo's compiles so far in this process, from its compilation metrics (a bounded
+    deque): compile id ("0/1") -> the frame's code (``name``, ``file``, ``line``), its
+    ``guards``, the ``recompile_reason`` and the graph breaks it restarted at
+    (``break_reasons``); {} when Dynamo is not loaded or its metrics moved."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    out: Dict[str, Dict[str, Any]] = {}
+    try:
+        for metric in list(utils.get_compilation_metrics())[-limit:] if utils else ():
+            name = getattr(metric, "co_name", None)
+            if not name or getattr(metric, "compile_id", None) is None:
+                continue  # an entry of the backward's or a runtime's compile: no frame
+            reasons = getattr(metric, "restart_reasons", None) or ()
+            out[str(metric.compile_id)[:100]] = {
+                "name": str(name)[:200], "file": str(metric.co_filename or "")[:500],
+                "line": int(metric.co_firstlineno or 0),
+                "guards": int(getattr(metric, "guard_count", None) or 0),
+                "recompile_reason": str(getattr(metric, "recompile_reason", None) or "")[:500],
+                "break_reasons": sorted(str(r)[:500] for r in reasons)[:20]}
+    except Exception:  # noqa: BLE001  (Dynamo's internals moved: no frames to show)
+        return {}
+    return out

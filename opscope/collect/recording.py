@@ -39,11 +39,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.flight_recorder import flight_recorder_rows
-from opscope.collect.inductor_sites import compiled_sites, graph_breaks_so_far
+from opscope.collect.inductor_sites import (compiled_frames_so_far, compiled_sites,
+                                            graph_breaks_so_far)
 from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
-from opscope.model.torch_names import CLOCK_OFFSET_KEY, FLIGHT_RECORDER_KEY, GRAPH_BREAKS_KEY
+from opscope.model.torch_names import (CLOCK_OFFSET_KEY, COMPILED_FRAMES_KEY, FLIGHT_RECORDER_KEY,
+                                       GRAPH_BREAKS_KEY)
 
 Mark = Tuple[int, int, str]
 
@@ -155,6 +157,9 @@ class Recording:
         breaks = graph_breaks_so_far() if extra["compiled_sites"] is not None else None
         if breaks:
             metadata[GRAPH_BREAKS_KEY] = json.dumps(breaks)
+        frames = compiled_frames_so_far() if extra["compiled_sites"] is not None else None
+        if frames:
+            metadata[COMPILED_FRAMES_KEY] = json.dumps(frames)
         return dataclasses.replace(raw, **extra)
 
     def discard(self) -> None:

@@ -37,6 +37,14 @@ COMPILED_CALL_PREFIX = "## Call CompiledFxGraph "
 COMPILED_FORWARD = "CompiledFunction"
 COMPILED_BACKWARD = "CompiledFunctionBackward"
 COMPILED_FRAME_PREFIX = "Torch-Compiled Region"
+# Dynamo's guard check before a compiled frame runs, the AOT wrappers' own ranges around a
+# graph call, and the compile of a frame ("dynamo" with a "dynamo_data: compile_id=0/1" child)
+DYNAMO_CACHE_LOOKUP = "TorchDynamo Cache Lookup"
+AOT_WRAPPER_PREFIXES = ("Pregraph bytecode", "AOTDispatcher Runtime Wrapper")
+DYNAMO_COMPILE = "dynamo"
+DYNAMO_COMPILE_DATA_PREFIX = "dynamo_data: compile_id="
+# Dynamo's name of the code that resumes a frame after a graph break at line N
+DYNAMO_RESUME_PREFIX = "torch_dynamo_resume_in_"
 
 
 def compiled_graph_key(name: str) -> str:
@@ -50,6 +58,9 @@ def compiled_graph_key(name: str) -> str:
 
 # a live recording's: Dynamo's graph breaks so far in the process, JSON {reason: count}
 GRAPH_BREAKS_KEY = "opscopeGraphBreaks"
+# a live recording's: Dynamo's compiles so far in the process, JSON {compile id: {"name",
+# "file", "line", "guards", "recompile_reason", "break_reasons"}} (analysis.compiled_frames)
+COMPILED_FRAMES_KEY = "opscopeCompiledFrames"
 FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
 # Collectives as each layer names them. The calling thread's dispatcher op
 # ("c10d::allreduce_", timing only the enqueue of an async op), the backend's
