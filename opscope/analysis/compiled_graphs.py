@@ -3,7 +3,8 @@
 Each ``## Call CompiledFxGraph <key> ##`` range is one call of one graph. Per graph:
 whether it is a forward or a backward graph (a backward one runs inside
 ``CompiledFunctionBackward``), the Dynamo frame that runs it (its ``Torch-Compiled Region:
-<frame>/<compile>`` range) and, with stacks, the program line that called it; its calls and
+<frame>/<compile>`` range; a backward graph's is its forward's, linked by autograd's
+sequence number, ``call_regions``) and, with stacks, the program line that called it; its calls and
 time; its kernels (generated kernels and extern calls noted by Inductor,
 ``analysis.compiled_modules``); and the share of the self time inside it that lies in a
 module below the root (``with_modules``). Dynamo's graph breaks so far in the process
@@ -19,18 +20,21 @@ Example::
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 
-from opscope.analysis.ancestry import nearest_marked_ancestor
+from opscope.analysis.ancestry import nearest_marked, nearest_marked_ancestor
+from opscope.analysis.autograd_links import forward_ops
 from opscope.analysis.compiled_modules import is_torch_frame
 from opscope.analysis.modules import module_hierarchy
+from opscope.model.events import EventTable
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (COMPILED_BACKWARD, COMPILED_CALL_PREFIX,
-                                       COMPILED_FRAME_PREFIX, GRAPH_BREAKS_KEY,
-                                       compiled_graph_key)
+                                       COMPILED_FORWARD, COMPILED_FRAME_PREFIX,
+                                       GRAPH_BREAKS_KEY, compiled_graph_key)
 
 KERNEL_PREFIX = "graph_"
 
@@ -49,6 +53,41 @@ class GraphRow:
     in_modules_pct: float = 0.0  # of the self time inside it, in modules below the root
 
 
+def named(table: EventTable, name: str) -> np.ndarray:
+    """Per event: True where its name is exactly ``name``."""
+    sid = table.symbols.id_of(name)
+    return np.zeros(len(table), dtype=bool) if sid is None else table.name_id == sid
+
+
+def call_regions(table: EventTable) -> np.ndarray:
+    """Per event, the row of the Dynamo frame region (``Torch-Compiled Region``) it runs
+    for, or -1: a forward event's nearest region above it; an event in (or of) a
+    ``CompiledFunctionBackward`` its forward ``CompiledFunction``'s region, found by
+    autograd's sequence number and forward thread (``analysis.autograd_links``)."""
+    region_of = nearest_marked_ancestor(table.parent, table.named_like(COMPILED_FRAME_PREFIX))
+    is_backward = named(table, COMPILED_BACKWARD)
+    backward = np.flatnonzero(is_backward)
+    if not len(backward):
+        return region_of
+    forward = forward_ops(table, backward, named(table, COMPILED_FORWARD))
+    region_of_backward = np.full(len(table), -1, dtype=np.int64)
+    region_of_backward[backward] = np.where(forward >= 0, region_of[np.maximum(forward, 0)], -1)
+    backward_of = nearest_marked(table.parent, is_backward)
+    inside = backward_of >= 0
+    out = region_of.copy()
+    out[inside] = region_of_backward[backward_of[inside]]
+    return out
+
+
+def compile_id(region_name: str) -> str:
+    """The compile id of a ``Torch-Compiled Region: 0/1`` range name.
+
+    >>> compile_id("Torch-Compiled Region: 0/1")
+    '0/1'
+    """
+    return region_name[len(COMPILED_FRAME_PREFIX):].strip(": ")
+
+
 def graph_rows(session: ProfileSession) -> List[GraphRow]:
     """The session's compiled graphs, in the order of their first call."""
     table = session.table
@@ -56,7 +95,7 @@ def graph_rows(session: ProfileSession) -> List[GraphRow]:
     if not is_call.any():
         return []
     call_of = nearest_marked_ancestor(table.parent, is_call)
-    frame_of = nearest_marked_ancestor(table.parent, table.named_like(COMPILED_FRAME_PREFIX))
+    region_of = call_regions(table)
     backward_of = nearest_marked_ancestor(table.parent, table.named_like(COMPILED_BACKWARD))
     hierarchy = module_hierarchy(session) if session.modules else None
     rows: Dict[str, GraphRow] = {}
@@ -65,10 +104,10 @@ def graph_rows(session: ProfileSession) -> List[GraphRow]:
         key = compiled_graph_key(table.name(row))
         graph = rows.get(key)
         if graph is None:
-            frame = table.name(int(frame_of[row])) if frame_of[row] >= 0 else ""
+            frame = compile_id(table.name(int(region_of[row]))) if region_of[row] >= 0 else ""
             graph = rows[key] = GraphRow(
-                key, "backward" if backward_of[row] >= 0 else "forward",
-                frame[len(COMPILED_FRAME_PREFIX):].strip(": "), _caller(session, row))
+                key, "backward" if backward_of[row] >= 0 else "forward", frame,
+                caller_line(session, row))
             kernels[key] = set()
         graph.calls += 1
         graph.time_us += float(table.duration_ns[row]) / 1000.0
@@ -90,22 +129,24 @@ def graph_rows(session: ProfileSession) -> List[GraphRow]:
     return list(rows.values())
 
 
-def _caller(session: ProfileSession, row: int) -> str:
+def caller_line(session: ProfileSession, row: int) -> str:
     """The innermost frame of the program (not torch's) in the call's stack, or ''."""
     stacks = session.stacks
     frames = stacks[row] if stacks is not None and row < len(stacks) else None
     return next((f for f in frames or () if not is_torch_frame(f)), "")
 
 
-def graph_breaks(session: ProfileSession) -> Dict[str, int]:
-    """Dynamo's graph breaks so far in the recording process: reason -> count ({} if none)."""
-    import json
-
-    text = session.metadata.get(GRAPH_BREAKS_KEY)
+def metadata_json(session: ProfileSession, key: str) -> Dict[str, Any]:
+    """The JSON object kept under ``key`` in the session's metadata; {} if absent or bad."""
+    text = session.metadata.get(key)
     try:
         value = json.loads(text) if isinstance(text, str) and len(text) < 1_000_000 else {}
     except (ValueError, RecursionError):
         return {}
-    if not isinstance(value, dict):
-        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def graph_breaks(session: ProfileSession) -> Dict[str, int]:
+    """Dynamo's graph breaks so far in the recording process: reason -> count ({} if none)."""
+    value = metadata_json(session, GRAPH_BREAKS_KEY)
     return {str(k)[:500]: int(v) for k, v in value.items() if isinstance(v, int)}
