@@ -160,10 +160,12 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
 
     options = session.options
     if group_by is not None and group_by.kind == "graph":
+        from opscope.analysis.compiled_frames import frame_rows
         from opscope.analysis.compiled_graphs import graph_breaks, graph_rows
         from opscope.export.graph_table import format_graph_table
 
-        return format_graph_table(graph_rows(session), graph_breaks(session))
+        return format_graph_table(graph_rows(session), graph_breaks(session),
+                                  frame_rows(session))
     if group_by is not None and group_by.kind == "module":
         from opscope.analysis.modules import module_rows
 
