@@ -11,7 +11,7 @@ Example::
     >>> from opscope.model.session import ProfileSession
     >>> data = report_data(ProfileSession(EventTable.from_raw(RawSession.empty())))
     >>> sorted(data)  # doctest: +NORMALIZE_WHITESPACE
-    ['flame', 'kernels', 'memory', 'meta', 'modules', 'operators', 'overview',
+    ['compiled', 'flame', 'kernels', 'memory', 'meta', 'modules', 'operators', 'overview',
      'recommendations', 'timeline']
 """
 
@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from opscope.model.session import ProfileSession
+from opscope.report.compiled import compiled_view
 from opscope.report.flame import flame_tree
 from opscope.report.kernels import kernel_view
 from opscope.report.memory import memory_timeline
@@ -38,7 +39,8 @@ TOP_N = 10
 
 def report_data(session: ProfileSession, *, title: Optional[str] = None,
                 timeline_cap: int = TIMELINE_CAP) -> Dict[str, Any]:
-    """The page's data: meta, overview, operators, modules, flame, timeline, GPU, memory, advice."""
+    """The page's data: meta, overview, operators, modules, compiled graphs, flame, timeline,
+    GPU, memory, advice."""
     overview = step_overview(session)
     operators = operator_rows(session)
     modules = module_view(session)
@@ -57,6 +59,7 @@ def report_data(session: ProfileSession, *, title: Optional[str] = None,
         "overview": overview,
         "operators": operators,
         "modules": modules,
+        "compiled": compiled_view(session),
         "flame": flame_tree(session),
         "timeline": timeline_lanes(session, timeline_cap),
         "memory": memory_timeline(session),
