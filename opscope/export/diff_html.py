@@ -4,7 +4,9 @@ The page has the summary (both traces, total self time before and after, how
 many regressions and improvements) and a table per section (ops, and modules
 when both sides recorded them), rows in order of absolute change of self
 time. Regressions are red, improvements green; a bar shows each row's change
-to scale. Clicking a column header sorts by it. Headers wrap and each table
+to scale. Given the module diff (``analysis.module_diff``), the page also has one row per
+module call path, both sides' forward and backward time and the change, in the module
+tree's order (what ``opscope diff --group-by module`` prints). Clicking a column header sorts by it. Headers wrap and each table
 scrolls inside its own box, so the page fits its window (it was 1,872 px wide in
 a 1,400 px window). Styles and the few lines of
 script are inline: nothing is fetched, the file opens offline.
@@ -25,13 +27,15 @@ Example::
 from __future__ import annotations
 
 import html
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from opscope.analysis.diff import DiffRow, SessionDiff
+from opscope.analysis.module_diff import ModuleDiffRow
 from opscope.export.atomic import PathLike, atomic_text_writer
 from opscope.export.output_path import check_output_path
 from opscope.export.diff_text import (change_mark, count_text, signed_percent, signed_time,
                                       summary_lines)
+from opscope.export.module_diff_text import HEADER as MODULE_HEADER, module_cells
 from opscope.export.table import format_time
 
 _STYLE = """
@@ -49,6 +53,8 @@ td.name, th.name { text-align: left; max-width: 320px; overflow: hidden;
                    text-overflow: ellipsis; }
 tr.regression td { background: #fdecec; } tr.regression td.mark { color: #b3261e; }
 tr.improvement td { background: #e9f7ef; } tr.improvement td.mark { color: #1e7b3c; }
+#module-paths td.name { padding-left: calc(6px + var(--depth) * 14px); }
+#module-paths th:nth-child(2) { text-align: right; }
 td.mark { text-align: left; font-weight: 600; }
 th:nth-child(2) { text-align: left; }
 .track { width: 90px; } .track div { height: 10px; border-radius: 2px; }
@@ -126,8 +132,29 @@ def _table(rows: Sequence[DiffRow], table_id: str) -> str:
             f"</thead><tbody>\n{body}\n</tbody></table></div>")
 
 
+def _module_path_table(rows: Sequence[ModuleDiffRow]) -> str:
+    """One row per module call path: the text diff's cells, sortable by their values."""
+    head = "".join(f'<th class="name">{h}</th>' if h == "Module" else f"<th>{h}</th>"
+                   for h in MODULE_HEADER)
+    lines = []
+    for k, row in enumerate(rows):
+        cells = module_cells(row)
+        total = row.total_us[0]
+        values = [k, row.calls[0], row.forward_us[0], row.backward_us[0], row.calls[1],
+                  row.forward_us[1], row.backward_us[1], row.change_us,
+                  row.change_us / total if total else row.change_us * 1e9]
+        name = (f'<td class="name" style="--depth:{row.depth}" data-v="{k}" '
+                f'title="{html.escape(row.path, quote=True)}">{html.escape(cells[0].strip())}</td>')
+        lines.append("<tr>" + name + "".join(_cell(c, v) for c, v in zip(cells[1:], values[1:]))
+                     + "</tr>")
+    body = "\n".join(lines)
+    return (f'<div class="wrap"><table class="diff" id="module-paths"><thead><tr>{head}</tr>'
+            f"</thead><tbody>\n{body}\n</tbody></table></div>")
+
+
 def render_diff_html(diff: SessionDiff, *, names: Tuple[str, str] = ("A", "B"),
-                     title: str = "opscope diff") -> str:
+                     title: str = "opscope diff",
+                     module_rows: Optional[Sequence[ModuleDiffRow]] = None) -> str:
     """The page as one string."""
     summary = "".join(f"<p>{html.escape(line)}</p>" for line in summary_lines(diff, names))
     parts: List[str] = [
@@ -145,16 +172,22 @@ def render_diff_html(diff: SessionDiff, *, names: Tuple[str, str] = ("A", "B"),
         parts.append("<h2>Modules (forward + backward), by absolute change of self CPU "
                      "time</h2>")
         parts.append(_table(diff.modules, "modules"))
+    if module_rows:
+        parts.append("<h2>Modules by call path: forward and backward time (change = B - A; "
+                     "an eager and a torch.compile'd trace match module by module)</h2>")
+        parts.append(_module_path_table(module_rows))
     parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
     return "\n".join(parts)
 
 
 def write_diff_html(diff: SessionDiff, path: PathLike, *, names: Tuple[str, str] = ("A", "B"),
-                    title: str = "opscope diff") -> str:
-    """Write the page to ``path`` atomically; returns the path."""
+                    title: str = "opscope diff",
+                    module_rows: Optional[Sequence[ModuleDiffRow]] = None) -> str:
+    """Write the page to ``path`` atomically (with the module diff's rows when given);
+    returns the path."""
     path = check_output_path("write_diff_html", "path", path)
     with atomic_text_writer(path) as f:
         # lone surrogates (from a trace's JSON escapes) cannot be UTF-8: write them escaped
-        f.write(render_diff_html(diff, names=names, title=title)
+        f.write(render_diff_html(diff, names=names, title=title, module_rows=module_rows)
                 .encode("utf-8", "backslashreplace").decode("utf-8"))
     return path

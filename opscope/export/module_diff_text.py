@@ -28,7 +28,8 @@ HEADER = ("Module", "Calls A", "Fwd A", "Bwd A", "Calls B", "Fwd B", "Bwd B", "C
 GAP = "  "
 
 
-def _cells(row: ModuleDiffRow) -> List[str]:
+def module_cells(row: ModuleDiffRow) -> List[str]:
+    """One row's cells as text (the name indented by its depth)."""
     name = "  " * row.depth + row.path.split(PATH_SEPARATOR)[-1]
     a, _ = row.total_us
     share = f"{100.0 * row.change_us / a:+.1f}%" if a else "new"
@@ -40,7 +41,7 @@ def _cells(row: ModuleDiffRow) -> List[str]:
 def format_module_diff(rows: Sequence[ModuleDiffRow], *,
                        names: Tuple[str, str] = ("A", "B")) -> str:
     """The module diff as text: both sides named, then one aligned line per module."""
-    body = [_cells(r) for r in rows]
+    body = [module_cells(r) for r in rows]
     widths = [max(len(line[k]) for line in body + [list(HEADER)]) for k in range(len(HEADER))]
     rule = GAP.join("-" * w for w in widths)
 
