@@ -7,7 +7,8 @@ folder or an opscope store. A store's ops are aggregated in DuckDB
 ``--rank``/``--window`` choose; its modules are compared when one window is
 chosen and both sides recorded modules. Ops (and modules, when both recorded them) are listed by absolute
 change of self CPU time, regressions marked; ``-o`` also writes the diff as
-a self-contained HTML page.
+a self-contained HTML page, with the modules by call path (``--group-by module``'s rows)
+when both sides have them.
 
 Example::
 
@@ -80,9 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              f"(default: {DEFAULT_THRESHOLD_PCT:g})")
     parser.add_argument("--group-by", choices=["module"], default=None,
                         help="module: one row per module call path instead, with both sides' "
-                             "forward and backward time and the change (traces that recorded "
-                             "with_modules; an eager and a torch.compile'd trace of one model "
-                             "match module by module)")
+                             "forward and backward time and the change (traces, or one window "
+                             "of a store, that recorded with_modules; an eager and a "
+                             "torch.compile'd trace of one model match module by module; -o's "
+                             "page has these rows too)")
     add_window_options(parser)
     add_max_trace_size(parser)
     parser.set_defaults(handler=main)
@@ -120,6 +122,18 @@ class _Input:
             self.session = load_trace(path, args.max_trace_size)
             self.name = self.session.source_path
             self.has_modules = bool(self.session.modules)
+        self._window_session = None
+
+    def module_session(self):
+        """The session whose modules are compared: the trace's, or a store's one window's
+        (None for a store read over several windows)."""
+        if self.session is not None:
+            return self.session
+        if len(self.windows) != 1:
+            return None
+        if self._window_session is None:
+            self._window_session = load_store_window(self.path, self.windows[0])
+        return self._window_session
 
     def side(self, modules: bool):
         """Its DiffSide; module rows when ``modules`` (and, for a store, one window)."""
@@ -129,8 +143,7 @@ class _Input:
             return session_side(self.session, modules)
         from opscope.store.aggregate_sql import store_diff_side
 
-        one = modules and len(self.windows) == 1
-        session = load_store_window(self.path, self.windows[0]) if one else None
+        session = self.module_session() if modules else None
         with store_errors(self.path):
             return store_diff_side(self.con, [(w.rank, w.window) for w in self.windows],
                                    session)
@@ -148,21 +161,28 @@ def main(args: argparse.Namespace) -> int:
 
         check_no_window_options(args, args.a)
     a, b = _Input(args.a, args), _Input(args.b, args)
-    if getattr(args, "group_by", None) == "module":
-        return _module_diff(a, b, args)
+    by_module = getattr(args, "group_by", None) == "module"
+    module_rows = _module_rows(a, b, required=by_module) if by_module or args.output else None
+    if by_module:
+        from opscope.export.module_diff_text import format_module_diff
+
+        write_text(format_module_diff(module_rows, names=(a.name, b.name)) + "\n")
+        if not args.output:
+            return 0
     both = a.has_modules and b.has_modules
     from opscope.analysis.diff import diff_sides
 
     with progress("comparing"):
         diff = diff_sides(a.side(both), b.side(both), threshold_pct=args.threshold)
     names = (a.name, b.name)
-    write_text(format_diff(diff, names=names, row_limit=args.limit) + "\n")
+    if not by_module:
+        write_text(format_diff(diff, names=names, row_limit=args.limit) + "\n")
     if args.output:
         try:
             with progress(f"writing {terminal_safe(args.output)}"):
                 write_diff_html(diff, args.output, names=names,
                                 title=f"opscope diff: {os.path.basename(names[0])} -> "
-                                      f"{os.path.basename(names[1])}")
+                                      f"{os.path.basename(names[1])}", module_rows=module_rows)
         except OSError as exc:
             raise UsageError(f"argument -o/--output: cannot write {args.output!r} "
                              f"({exc.strerror or exc})") from None
@@ -170,21 +190,24 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _module_diff(a: _Input, b: _Input, args: argparse.Namespace) -> int:
-    """``--group-by module``: the module diff as text (traces only, both with modules)."""
+def _module_rows(a: _Input, b: _Input, *, required: bool):
+    """Both sides' modules by call path (``analysis.module_diff``); None when a side has no
+    modules or is a store read over several windows, which ``required`` (``--group-by
+    module``) makes a usage error."""
     from opscope.analysis.module_diff import module_diff
-    from opscope.export.module_diff_text import format_module_diff
 
     for side in (a, b):
-        if side.session is None:
-            raise UsageError(f"argument --group-by: module: {side.path!r} is a store; "
-                             f"expected a trace file or folder")
         if not side.has_modules:
+            if not required:
+                return None
             raise UsageError(f"argument --group-by: module: {side.path!r} has no modules "
                              f"(record with with_modules=True)")
-    if args.output:
-        raise UsageError("argument -o/--output: not with --group-by module yet (text only)")
-    with progress("comparing"):
-        rows = module_diff(a.session, b.session)
-    write_text(format_module_diff(rows, names=(a.name, b.name)) + "\n")
-    return 0
+        if side.session is None and len(side.windows) != 1:
+            if not required:
+                return None
+            raise UsageError(f"argument --group-by: module: {side.path!r}: expected one "
+                             f"window of the store (choose it with --rank and --window); "
+                             f"got {len(side.windows)}")
+    sessions = (a.module_session(), b.module_session())
+    with progress("comparing modules"):
+        return module_diff(*sessions)
