@@ -133,7 +133,8 @@ def _add_graphs_and_wrappers(session, rows, region_of, region_frame) -> None:
     is_function = named(table, COMPILED_FORWARD) | named(table, COMPILED_BACKWARD)
     wrapper = np.where(is_function, dur_us, 0.0)
     calls = np.flatnonzero(is_call)
-    function_of = nearest_marked_ancestor(table.parent, is_function)[calls]
+    in_function = nearest_marked_ancestor(table.parent, is_function)
+    function_of = in_function[calls]
     np.subtract.at(wrapper, function_of[function_of >= 0], dur_us[calls][function_of >= 0])
     keys: Dict[str, set] = {}
     for row in calls.tolist():
@@ -142,7 +143,7 @@ def _add_graphs_and_wrappers(session, rows, region_of, region_frame) -> None:
             frame.graph_us += float(dur_us[row])
             keys.setdefault(frame.frame, set()).add(compiled_graph_key(table.name(row)))
     for name in AOT_WRAPPER_PREFIXES:
-        aot = table.named_like(name) & (nearest_marked_ancestor(table.parent, is_function) < 0)
+        aot = table.named_like(name) & (in_function < 0)
         wrapper[aot] = dur_us[aot]
     for row in np.flatnonzero(wrapper != 0).tolist():
         frame = _frame(rows, region_frame, int(region_of[row]))

@@ -6,10 +6,10 @@ when both sides recorded them), rows in order of absolute change of self
 time. Regressions are red, improvements green; a bar shows each row's change
 to scale. Given the module diff (``analysis.module_diff``), the page also has one row per
 module call path, both sides' forward and backward time and the change, in the module
-tree's order (what ``opscope diff --group-by module`` prints). Clicking a column header sorts by it. Headers wrap and each table
-scrolls inside its own box, so the page fits its window (it was 1,872 px wide in
-a 1,400 px window). Styles and the few lines of
-script are inline: nothing is fetched, the file opens offline.
+tree's order (what ``opscope diff --group-by module`` prints). Clicking a column header
+sorts by it. Headers wrap and each table scrolls inside its own box, so the page fits its
+window (it was 1,872 px wide in a 1,400 px window). Styles and the few lines of script are
+inline: nothing is fetched, the file opens offline.
 
 Example::
 
