@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 
 import pytest
@@ -65,8 +66,6 @@ def windows(tmp_path_factory):
     x = torch.randn(4, 16)
     for k in (1, 1, 2, 2):  # k == 2 recompiles forward (its int is guarded on)
         _step(compiled, x, k)
-    with opscope.profile(with_modules=True, with_stack=True):
-        _step(compiled, x, 1)  # Dynamo compiles opscope's module hooks here, not in the next
     with opscope.profile(with_modules=True, with_stack=True) as prof:
         _step(compiled, x, 1)
         _step(compiled, x, 2)
@@ -98,6 +97,17 @@ def test_each_dynamo_frame_has_its_runs_guards_graphs_and_code(windows):
     assert resume.compiles == 1 and resume.recompile_reasons == []
     assert forward.break_lines == [f"{__file__}:{BREAK_LINE}"]
     assert any("graph_break()" in reason for reason in forward.break_reasons), forward
+
+
+def test_dynamo_compiles_none_of_opscopes_module_hooks(windows):
+    """After the graph break the eager module calls run under Dynamo's frame callback: it
+    compiled opscope's hooks (and what they call) as frames with no graph, each paying a
+    compile and then a cache lookup per call."""
+    kept = json.loads(windows[0].metadata[COMPILED_FRAMES_KEY])
+    package = os.path.dirname(opscope.__file__)
+    assert kept and not [e for e in kept.values() if (e["file"] or "").startswith(package)]
+    assert {f.code.split(" (")[0] for f in frame_rows(windows[0])} == {
+        "forward", f"torch_dynamo_resume_in_forward_at_{BREAK_LINE}"}
 
 
 def test_backward_graphs_run_for_their_forwards_frame(windows):

@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -39,6 +40,7 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from opscope.model.modules import ModuleCall, ModuleInfo
+from opscope.torch_import import after_import
 
 # Set on our hook functions so tests can tell them from anyone else's.
 HOOK_MARKER = "_opscope_module_hook"
@@ -100,6 +102,7 @@ class ModuleRanges:
     # -- install / uninstall ------------------------------------------------
     def install(self) -> None:
         """Register the global forward pre-hook and forward hook."""
+        after_import(DYNAMO_EVAL_FRAME, _skip_dynamo_frames)
         try:
             self._handles.append(nn_module.register_module_forward_pre_hook(self._pre_hook))
             self._handles.append(nn_module.register_module_forward_hook(
@@ -195,3 +198,28 @@ class ModuleRanges:
 
 setattr(ModuleRanges._pre_hook, HOOK_MARKER, True)
 setattr(ModuleRanges._post_hook, HOOK_MARKER, True)
+
+
+DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
+
+
+def _skip_dynamo_frames() -> None:
+    """Dynamo never compiles the hooks, nor what they call, as frames of their own.
+
+    Eager module calls after a graph break run under Dynamo's frame callback, which
+    compiled each hook into a frame with no graph (a ``TorchDynamo Cache Lookup`` on every
+    call after that). The hooks' code is marked to run in the interpreter, callees too;
+    inside a graph they are traced as before (and record nothing there: ``_is_compiling``).
+    A torch with ``skip_code`` only skips the hooks themselves; one without it keeps the
+    old behaviour.
+    """
+    eval_frame = sys.modules.get(DYNAMO_EVAL_FRAME)
+    strategy = getattr(eval_frame, "FrameExecStrategy", None)
+    action = getattr(eval_frame, "FrameAction", None)
+    skip = getattr(eval_frame, "skip_code", None)
+    for hook in (ModuleRanges._pre_hook, ModuleRanges._post_hook):
+        if strategy is not None and hasattr(action, "SKIP"):
+            eval_frame.set_code_exec_strategy(hook.__code__,
+                                              strategy(action.SKIP, action.SKIP))
+        elif skip is not None:
+            skip(hook.__code__)
