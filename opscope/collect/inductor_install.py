@@ -11,7 +11,9 @@ never compiles never imports Inductor because of opscope. Then:
 - ``torch._inductor.debug`` and the codegen modules that imported its provenance hook
   by name: the hook notes each call site (``opscope.collect.inductor_sites``);
 - ``torch._inductor.output_code``: ``CompiledFxGraph.post_compile`` registers each
-  compiled graph, fresh or from the cache.
+  compiled graph, fresh or from the cache;
+- ``torch._dynamo.eval_frame``: opscope's module hooks run in the interpreter, never as
+  compiled frames (``opscope.collect.module_hooks.skip_dynamo_frames``).
 
 Where a torch lacks one of these, nothing is patched there and its graphs stay at
 graph level (``opscope.collect.inductor_sites``).
@@ -101,3 +103,11 @@ def install(after_import: Callable[[str, Callable[[], None]], None]) -> None:
     after_import("torch._inductor.output_code", _output_code_imported)
     for name in _CODEGEN_MODULES:
         after_import(name, lambda name=name: _patch_provenance(name))
+    after_import("torch._dynamo.eval_frame", _dynamo_imported)
+
+
+def _dynamo_imported() -> None:
+    """opscope's module hooks are never compiled as Dynamo frames of their own."""
+    from opscope.collect.module_hooks import skip_dynamo_frames
+
+    skip_dynamo_frames()

@@ -40,7 +40,6 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from opscope.model.modules import ModuleCall, ModuleInfo
-from opscope.torch_import import after_import
 
 # Set on our hook functions so tests can tell them from anyone else's.
 HOOK_MARKER = "_opscope_module_hook"
@@ -102,7 +101,6 @@ class ModuleRanges:
     # -- install / uninstall ------------------------------------------------
     def install(self) -> None:
         """Register the global forward pre-hook and forward hook."""
-        after_import(DYNAMO_EVAL_FRAME, _skip_dynamo_frames)
         try:
             self._handles.append(nn_module.register_module_forward_pre_hook(self._pre_hook))
             self._handles.append(nn_module.register_module_forward_hook(
@@ -203,7 +201,7 @@ setattr(ModuleRanges._post_hook, HOOK_MARKER, True)
 DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
 
 
-def _skip_dynamo_frames() -> None:
+def skip_dynamo_frames() -> None:
     """Dynamo never compiles the hooks, nor what they call, as frames of their own.
 
     Eager module calls after a graph break run under Dynamo's frame callback, which
@@ -211,7 +209,8 @@ def _skip_dynamo_frames() -> None:
     call after that). The hooks' code is marked to run in the interpreter, callees too;
     inside a graph they are traced as before (and record nothing there: ``_is_compiling``).
     A torch with ``skip_code`` only skips the hooks themselves; one without it keeps the
-    old behaviour.
+    old behaviour. ``import opscope`` calls it once Dynamo is imported
+    (``opscope.collect.inductor_install``).
     """
     eval_frame = sys.modules.get(DYNAMO_EVAL_FRAME)
     strategy = getattr(eval_frame, "FrameExecStrategy", None)
