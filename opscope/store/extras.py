@@ -2,9 +2,10 @@
 
 The events, inputs, stacks and memory tables hold the rows; ``extras`` holds
 the rest that an exact round trip needs: the thread ids, thread names, marks,
-modules and module calls, memory sightings, and the ``python_function``
+modules and module calls, memory sightings, the ``python_function``
 records a session hides from its rows but kept in its tree
-(``python_functions == "hidden"``). :func:`session_extras` writes it,
+(``python_functions == "hidden"``), and the rows and bytes of the window's files
+(``parts``: ``opscope.store.parts``). :func:`session_extras` writes it,
 :func:`read_extras` checks its types and returns the parts.
 
 Example::
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from opscope.model.memory import SIGHTING_DTYPE
 from opscope.model.modules import ModuleCall, ModuleInfo
 from opscope.model.records import FLAG_PYTHON_FUNCTION, RECORD_DTYPE
 from opscope.model.session import ProfileSession
+from opscope.store.folder import Footer
+from opscope.store.parts import parts_doc, recorded_parts
 from opscope.store.schema import StoreError, load_json
 
 # a hidden record: its record index, name and RECORD_DTYPE fields (session clock)
@@ -49,8 +52,9 @@ def hidden_records(session: ProfileSession) -> List[list]:
     return [list(row) for row in zip(*columns)]
 
 
-def session_extras(session: ProfileSession) -> str:
-    """The JSON text of everything but rows that rebuilding ``session`` needs."""
+def session_extras(session: ProfileSession, parts: Optional[Dict[str, Footer]] = None) -> str:
+    """The JSON text of everything but rows that rebuilding ``session`` needs, and the
+    footers of the window's files (``parts``: table -> Footer, see ``opscope.store.parts``)."""
     sightings = session.memory_sightings
     doc: Dict[str, Any] = {
         "thread_ids": [int(t) for t in session.table.thread_ids.tolist()],
@@ -64,6 +68,8 @@ def session_extras(session: ProfileSession) -> str:
         "has_stacks": session.stacks is not None,
         "hidden_records": hidden_records(session),
     }
+    if parts:
+        doc["parts"] = parts_doc(parts)
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -98,6 +104,7 @@ def read_extras(text: str, where: str = "store") -> Dict[str, Any]:
             "has_stacks": bool(doc.get("has_stacks")),
             "hidden_index": [int(r[0]) for r in hidden],
             "hidden_names": [str(r[1]) for r in hidden],
+            "parts": recorded_parts(doc.get("parts"), where),
         }
         for i, name in enumerate(HIDDEN_FIELDS):
             records[name] = [int(r[2 + i]) for r in hidden]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, load_json,
                                   part_path, require_pyarrow)
@@ -95,20 +95,35 @@ def max_part_rows() -> int:
         raise StoreError(str(exc)) from None
 
 
-def check_footer(store: str, path: str, max_rows: Optional[int] = None) -> int:
-    """The rows ``path``'s Parquet footer declares, checked before anything is read: the
-    file's count must be its row groups' sum and at most ``max_rows`` (default:
+class Footer(NamedTuple):
+    """What a Parquet file's footer declares: its rows, and their uncompressed bytes (the
+    row groups' ``total_byte_size``: encoded, before compression)."""
+
+    rows: int
+    bytes: int
+
+
+def footer_of(meta) -> Footer:
+    """The Footer of a pyarrow ``FileMetaData``: its rows and its row groups' bytes."""
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    return Footer(meta.num_rows, sum(max(0, g.total_byte_size) for g in groups))
+
+
+def read_footer(store: str, path: str, max_rows: Optional[int] = None) -> Footer:
+    """The rows and bytes ``path``'s Parquet footer declares, checked before anything is
+    read: its count must be its row groups' sum and at most ``max_rows`` (default:
     ``max_part_rows()``); else StoreError naming the file (a "row bomb": a few MB that
     declare tens of millions of rows)."""
     _, pq = require_pyarrow()
     try:
         meta = pq.read_metadata(path)
+        groups = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+        footer = footer_of(meta)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
-    rows = meta.num_rows
-    groups = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    check_rows(store, path, rows, groups, max_part_rows() if max_rows is None else max_rows)
-    return rows
+    check_rows(store, path, footer.rows, groups,
+               max_part_rows() if max_rows is None else max_rows)
+    return footer
 
 
 def check_rows(store: str, path: str, declared: int, groups: int, limit: int) -> None:
@@ -127,13 +142,25 @@ def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
     """The pyarrow table of one partition file, or None when it does not exist.
 
     A symlink or non-regular file there is refused (StoreError naming it), and so is
-    a file whose footer declares too many rows (``check_footer``).
+    a file whose footer declares too many rows (``read_footer``).
     """
-    _, pq = require_pyarrow()
+    found = part_footer(store, table, rank, window)
+    return None if found is None else read_rows(store, found[0])
+
+
+def part_footer(store: str, table: str, rank: int, window: Optional[int] = None
+                ) -> Optional[Tuple[str, Footer]]:
+    """(path, checked footer) of one partition file, or None when it does not exist; a
+    symlink or non-regular file there is refused (StoreError naming it)."""
     path = part_path(store, table, rank, window)
     if not regular_file_inside(store, path):
         return None
-    check_footer(store, path)
+    return path, read_footer(store, path)
+
+
+def read_rows(store: str, path: str):
+    """The pyarrow table of the Parquet file ``path`` (its footer checked already)."""
+    _, pq = require_pyarrow()
     try:
         return pq.read_table(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...

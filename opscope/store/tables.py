@@ -1,7 +1,8 @@
 """One session as the store's tables: pyarrow tables in ``opscope.store.schema``'s layout.
 
-``window_tables(session, shift_ns, ...)`` gives the events, inputs, stacks,
-memory and sessions tables of one window; ``shift_ns`` (the session's
+``window_tables(session, shift_ns)`` gives the events, inputs, stacks, memory
+and device tables of one window, ``sessions_table`` its sessions row (which
+records the footers of the others once written); ``shift_ns`` (the session's
 ``epoch_offset_ns`` plus the rank's clock offset) turns session-clock times
 into aligned Unix ns. The derived per-event facts (step, module, depth, input
 signature, stack) come from ``opscope.analysis``, computed as every exporter
@@ -15,7 +16,7 @@ Example::
     ...         (10, 60, -1, 1, 0, 0, 1, NO_INPUTS, 0, 0, 0)]
     >>> s = build_session(RawSession(records_from_rows(rows), [], [7],
     ...                              ["ProfilerStep#3", "aten::mm"], 0, 100, 1000))
-    >>> t = window_tables(s, 1000, window_name="w", rank_facts=None, clock_offset_ns=0)
+    >>> t = window_tables(s, 1000)
     >>> t["events"].column("name").to_pylist(), t["events"].column("step").to_pylist()
     (['ProfilerStep#3', 'aten::mm'], [3, 3])
     >>> t["events"].column("start_ns").to_pylist(), t["events"].column("parent").to_pylist()
@@ -219,8 +220,10 @@ def device_columns(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
 
 
 def session_row(session: ProfileSession, shift_ns: int, *, window_name: str,
-                clock_offset_ns: int, rank_facts: Any) -> Dict[str, Any]:
-    """The one ``sessions`` row of a window."""
+                clock_offset_ns: int, rank_facts: Any,
+                parts: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The one ``sessions`` row of a window; ``parts``: the footers of its files, written
+    already (table -> ``folder.Footer``), recorded in its ``extras``."""
     facts = None
     world = None
     if rank_facts is not None:
@@ -234,14 +237,14 @@ def session_row(session: ProfileSession, shift_ns: int, *, window_name: str,
         "clock_offset_ns": clock_offset_ns, "collector": session.collector,
         "trace_name": session.trace_name, "python_functions": session.python_functions,
         "options": json.dumps(options), "metadata": json.dumps(session.metadata),
-        "extras": session_extras(session), "world_size": world, "rank_facts": facts,
+        "extras": session_extras(session, parts), "world_size": world, "rank_facts": facts,
     }
     return {k: [v] for k, v in row.items()}
 
 
-def window_tables(session: ProfileSession, shift_ns: int, *, window_name: str,
-                  clock_offset_ns: int, rank_facts: Any) -> Dict[str, Any]:
-    """The pyarrow tables of one window: table name -> table."""
+def window_tables(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
+    """The pyarrow tables of one window's files but its ``sessions`` row (which records
+    their footers once they are written: :func:`sessions_table`): table name -> table."""
     stack_id, frames = _stack_ids(session)
     return {
         "events": arrow_table("events", events_columns(session, shift_ns, stack_id)),
@@ -250,7 +253,10 @@ def window_tables(session: ProfileSession, shift_ns: int, *, window_name: str,
                                          "frames": frames}),
         "memory": arrow_table("memory", memory_columns(session, shift_ns)),
         "device": arrow_table("device", device_columns(session, shift_ns)),
-        "sessions": arrow_table("sessions", session_row(
-            session, shift_ns, window_name=window_name, clock_offset_ns=clock_offset_ns,
-            rank_facts=rank_facts)),
     }
+
+
+def sessions_table(session: ProfileSession, shift_ns: int, **row: Any):
+    """The pyarrow table of a window's one ``sessions`` row (``row``: :func:`session_row`'s
+    keywords)."""
+    return arrow_table("sessions", session_row(session, shift_ns, **row))

@@ -43,12 +43,13 @@ from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
-from opscope.store.folder import LOCK_PREFIX, check_store_folder, partition_values
+from opscope.store.folder import (LOCK_PREFIX, Footer, check_store_folder, footer_of,
+                                  partition_values)
 from opscope.store.read import sessions_of_rank, stored_calls
-from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, WINDOW_TABLES, StoreError,
+from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError,
                                   arrow_schema, load_json, parquet_options, part_path,
                                   require_pyarrow)
-from opscope.store.tables import arrow_table, window_tables
+from opscope.store.tables import arrow_table, sessions_table, window_tables
 
 
 def _make_dirs(store: str, folder: str) -> None:
@@ -127,13 +128,16 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 @contextmanager
-def parquet_part(store: str, table: str, path: str) -> Iterator[Any]:
+def parquet_part(store: str, table: str, path: str,
+                 written: Optional[List[Footer]] = None) -> Iterator[Any]:
     """A ``pyarrow.parquet.ParquetWriter`` (``table``'s schema and encodings:
     ``schema.parquet_options``) onto ``path`` inside
     ``store``: written under a temp name in the same folder and renamed onto ``path`` when
     the block ends without error (removed when it raises). Write it batch by batch
-    (``write_table``/``write_batch``) to keep memory flat."""
+    (``write_table``/``write_batch``) to keep memory flat. ``written`` gets the file's
+    footer (rows and uncompressed bytes) appended, from the writer's own metadata."""
     _, pq = require_pyarrow()
+    collected: List[Any] = []
     folder = os.path.dirname(path)
     _make_dirs(store, folder)
     if os.path.islink(path):
@@ -141,9 +145,12 @@ def parquet_part(store: str, table: str, path: str) -> Iterator[Any]:
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            with pq.ParquetWriter(f, arrow_schema(table), **parquet_options(table)) as writer:
+            with pq.ParquetWriter(f, arrow_schema(table), metadata_collector=collected,
+                                  **parquet_options(table)) as writer:
                 yield writer
         os.replace(tmp, path)
+        if written is not None:
+            written += [footer_of(meta) for meta in collected]
     except BaseException:
         if os.path.lexists(tmp):
             os.unlink(tmp)
@@ -170,6 +177,8 @@ class StoreWriter:
         # rank -> [(window, calls of that window)] not yet in its collectives file
         self._pending: Dict[int, List[Tuple[int, List[CollectiveCall]]]] = {}
         self._written: Dict[int, set] = {}  # rank -> the windows this writer wrote
+        # (table, rank, window) -> the footer of the file write_part wrote there last
+        self._footers: Dict[Tuple[str, int, Optional[int]], Footer] = {}
 
     def __enter__(self) -> "StoreWriter":
         return self
@@ -183,18 +192,23 @@ class StoreWriter:
         done = window_numbers(self.path, rank) + [w for w, _ in self._pending.get(rank, [])]
         return max(done) + 1 if done else 0
 
-    def part_writer(self, table: str, rank: int, window: Optional[int] = None):
+    def part_writer(self, table: str, rank: int, window: Optional[int] = None,
+                    written: Optional[List[Footer]] = None):
         """A context manager giving a ParquetWriter for one partition of ``table``, to write
         a big window batch by batch (see :func:`parquet_part`); ``window`` is None for a
         per-rank table (collectives). The file appears, whole, when the block ends."""
-        return parquet_part(self.path, table, part_path(self.path, table, rank, window))
+        return parquet_part(self.path, table, part_path(self.path, table, rank, window),
+                            written)
 
     def write_part(self, table: str, data, rank: int, window: Optional[int] = None) -> None:
         """Write the pyarrow table ``data`` as one partition of ``table`` (its schema:
         ``opscope.store.schema.arrow_schema(table)``; build it with
-        ``opscope.store.tables.arrow_table``)."""
-        with self.part_writer(table, rank, window) as writer:
+        ``opscope.store.tables.arrow_table``). Its footer is kept for the window's
+        sessions row (``_footers``)."""
+        written: List[Footer] = []
+        with self.part_writer(table, rank, window, written) as writer:
             writer.write_table(data)
+        self._footers[(table, rank, window)] = written[0]
 
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
                      window: Optional[int] = None, window_name: Optional[str] = None,
@@ -233,11 +247,16 @@ class StoreWriter:
             facts = rank_facts(session, session.source_path, rank)
         if window_name is None:
             window_name = default_window_name(session, window)
-        tables = window_tables(session, session.epoch_offset_ns + clock_offset_ns,
-                               window_name=window_name, clock_offset_ns=clock_offset_ns,
-                               rank_facts=facts)
-        for name in WINDOW_TABLES:  # sessions last: a window is listed once it is whole
-            self.write_part(name, tables[name], rank, window)
+        shift = session.epoch_offset_ns + clock_offset_ns
+        parts = {}
+        for name, table in window_tables(session, shift).items():
+            self.write_part(name, table, rank, window)
+            parts[name] = self._footers.pop((name, rank, window))
+        # sessions last, recording the others' footers: a window is listed once it is whole
+        self.write_part("sessions", sessions_table(
+            session, shift, window_name=window_name, clock_offset_ns=clock_offset_ns,
+            rank_facts=facts, parts=parts), rank, window)
+        self._footers.clear()
         pending = [(w, c) for w, c in self._pending.get(rank, []) if w != window]
         self._pending[rank] = pending + [(window, list(facts.calls))]
         self._written.setdefault(rank, set()).add(window)
