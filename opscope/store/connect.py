@@ -75,13 +75,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
-from opscope.store.folder import (check_rows, check_store_folder, max_part_rows,
+from opscope.store.folder import (Footer, check_rows, check_store_folder, max_part_rows,
                                   partition_values, regular_file_inside)
+from opscope.store.parts import check_recorded, recorded_parts
 from opscope.store.sandbox import CONNECT_CONFIG, literal_path, lock_down, quote
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
-                                  duckdb_type, part_path, require_duckdb)
+                                  duckdb_type, load_json, part_path, require_duckdb)
 
 DERIVED_VIEWS = {
     "ops": """
@@ -189,12 +190,14 @@ def table_sql(store: str, table: str, files: Optional[List[str]] = None) -> str:
             f"hive_partitioning = true, hive_types = {{{hive_types}}}, union_by_name = true)")
 
 
-def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str] = None,
-            allow_files: bool = False):
+def connect(store: Union[str, "os.PathLike[str]"], *,
+            memory_limit: Union[str, int, None] = None, allow_files: bool = False):
     """A DuckDB connection (in memory) with the views of ``store`` (see the module doc).
 
-    ``memory_limit`` (DuckDB's setting, e.g. ``"1GB"``) bounds the memory the
-    queries take; DuckDB spills to disk beyond it. The SQL reads only the
+    ``memory_limit`` (DuckDB's setting, e.g. ``"1GB"``, or bytes) bounds the memory
+    the queries take; DuckDB spills to disk beyond it. Each file's footer is checked
+    before a row is read: its rows within the bounds, and as the window's sessions
+    row records them (``opscope.store.parts``). The SQL reads only the
     store's files: no other file, no network, and no setting can be changed
     (``opscope.store.sandbox``); ``allow_files=True`` lets it read and write the
     files the user can (``read_csv``, ``COPY ... TO``, ``ATTACH``). Raises
@@ -209,9 +212,7 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     try:
         _set_memory_limit(con, memory_limit)
         files = {t: part_files(path, t) for t in COLUMNS}
-        limit = max_part_rows()
-        for table in COLUMNS:  # before DuckDB reads a row
-            _check_footers(con, files[table], limit, table, os.fspath(store))
+        _check_store_footers(con, path, files, os.fspath(store))
         views = [(t, table_sql(path, t, files[t])) for t in COLUMNS]
         for name, sql in views + list(DERIVED_VIEWS.items()):
             _create_view(con, name, sql, store)
@@ -223,32 +224,88 @@ def connect(store: Union[str, "os.PathLike[str]"], *, memory_limit: Optional[str
     return con
 
 
-def _check_footers(con, files: List[str], limit: int, table: str, store: str) -> None:
+def _check_store_footers(con, path: str, files: Dict[str, List[str]], store: str) -> None:
+    """Before DuckDB reads a row: every file's footer within the bounds (``_check_footers``),
+    and each window's files as its sessions row records them (``opscope.store.parts``)."""
+    limit = max_part_rows()
+    _check_footers(con, files["sessions"], limit, "sessions", store)
+    recorded = _recorded(con, path, files["sessions"], store)
+    for table in COLUMNS:
+        if table != "sessions":
+            _check_footers(con, files[table], limit, table, store, recorded)
+    present = {name for table in COLUMNS for name in files[table]}
+    for name, (where, table, figures) in recorded.items():  # a recorded file not there
+        if name not in present:
+            check_recorded(where, table, name, None, figures)
+
+
+def _check_footers(con, files: List[str], limit: int, table: str, store: str,
+                   recorded: Optional[Dict[str, tuple]] = None) -> None:
     """The rows each file's footer declares (DuckDB's ``parquet_file_metadata``) must be
-    its row groups' sum and at most ``limit`` (``folder.check_footer`` says the same for
-    pyarrow); StoreError naming the file."""
+    its row groups' sum and at most ``limit`` (``folder.read_footer`` says the same for
+    pyarrow), and agree with ``recorded`` (path -> (where, table, Footer)); StoreError
+    naming the file."""
+    for name, groups, footer in file_footers(con, files, store, table):
+        check_rows(store, name, footer.rows, groups, limit)
+        if recorded and name in recorded:
+            where, _, figures = recorded[name]
+            check_recorded(where, table, name, footer, figures)
+
+
+def file_footers(con, files: List[str], store: str, table: str
+                 ) -> List[Tuple[str, int, Footer]]:
+    """(path, rows of its row groups, Footer) of each of ``files`` (``table``'s), from
+    DuckDB's ``parquet_metadata``: no row is read."""
     if not files:
-        return
+        return []
     listed = ", ".join(quote(literal_path(f)) for f in files)
+    rows = _fetch(con, store, table,
+                  f"SELECT f.file_name, f.num_rows, coalesce(g.n, 0), coalesce(g.b, 0) FROM "
+                  f"parquet_file_metadata([{listed}]) f LEFT JOIN (SELECT file_name, sum(n) AS "
+                  f"n, sum(b) AS b FROM (SELECT file_name, row_group_id, any_value("
+                  f"row_group_num_rows) AS n, greatest(0, any_value(row_group_bytes)) AS b FROM "
+                  f"parquet_metadata([{listed}]) GROUP BY ALL) GROUP BY ALL) g USING (file_name)")
+    return [(name, int(groups), Footer(int(declared), int(nbytes)))
+            for name, declared, groups, nbytes in rows]
+
+
+def _recorded(con, path: str, sessions: List[str], store: str) -> Dict[str, tuple]:
+    """Path -> (where, table, Footer) of each file that a window's sessions row records
+    (``extras.parts``); an ``extras`` that is not JSON records nothing here."""
+    if not sessions:
+        return {}
+    parts = ("CASE WHEN json_valid(extras) THEN CAST(json_extract(extras, '$.parts') "
+             "AS VARCHAR) END")
+    rows = _fetch(con, store, "sessions", f"SELECT rank, \"window\", {parts} FROM "
+                                          f"({table_sql(path, 'sessions', sessions)})")
+    out = {}
+    for rank, window, text in rows:
+        where = f"store {store!r}, rank {rank}, window {window}"
+        try:
+            doc = load_json(text) if text else None
+        except ValueError:
+            doc = None
+        for table, figures in recorded_parts(doc, where).items():
+            out[part_path(path, table, rank, window)] = (where, table, figures)
+    return out
+
+
+def _fetch(con, store: str, table: str, sql: str) -> list:
+    """The rows of ``sql``, which reads ``table``'s files; StoreError when DuckDB cannot."""
     try:
-        rows = con.execute(
-            f"SELECT f.file_name, f.num_rows, coalesce(g.n, 0) FROM parquet_file_metadata("
-            f"[{listed}]) f LEFT JOIN (SELECT file_name, sum(n) AS n FROM (SELECT file_name, "
-            f"row_group_id, any_value(row_group_num_rows) AS n FROM parquet_metadata("
-            f"[{listed}]) GROUP BY ALL) GROUP BY ALL) g USING (file_name)").fetchall()
+        return con.execute(sql).fetchall()
     except sys.modules["duckdb"].Error as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise StoreError(f"store {store!r}: cannot read its {table!r} table ({first})") \
             from None
-    for name, declared, groups in rows:
-        check_rows(store, name, declared, groups, limit)
 
 
-def _set_memory_limit(con, memory_limit: Optional[str]) -> None:
+def _set_memory_limit(con, memory_limit: Union[str, int, None]) -> None:
     if memory_limit is None:
         return
+    text = f"{memory_limit}B" if isinstance(memory_limit, int) else str(memory_limit)
     try:
-        con.execute(f"SET memory_limit = {quote(str(memory_limit))}")
+        con.execute(f"SET memory_limit = {quote(text)}")
     except sys.modules["duckdb"].Error:
         raise StoreError(f"memory_limit {memory_limit!r} is not a size DuckDB takes "
                          f"(e.g. '1GB', '500MB')") from None

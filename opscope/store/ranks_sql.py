@@ -95,10 +95,12 @@ def store_rank_facts(con, store: str = "store") -> List[RankFacts]:
     return [by_rank[r] for r in sorted(by_rank)]
 
 
-def load_store_job(store: str, con, visit: Optional[Callable] = None):
+def load_store_job(store: str, con, visit: Optional[Callable] = None,
+                   memory_limit: Optional[int] = None):
     """``rank_job.load_job`` for a store: facts from SQL, each window's session in turn.
 
-    ``visit(rank, path, session)`` sees every window's session while it is loaded.
+    ``visit(rank, path, session)`` sees every window's session while it is loaded; a
+    window that would need more than ``memory_limit`` bytes is refused (StoreError).
     """
     from opscope.analysis.rank_job import JobSteps
     from opscope.store.read import load_store_session
@@ -110,7 +112,7 @@ def load_store_job(store: str, con, visit: Optional[Callable] = None):
     for w in store_windows(con):
         if w.rank not in known:
             continue
-        session = load_store_session(store, w.rank, w.window)
+        session = load_store_session(store, w.rank, w.window, memory_limit=memory_limit)
         steps(w.rank, w.source_path or w.name, session)
         del session  # one window in memory at a time (unless visit keeps it)
     return steps.job(facts)

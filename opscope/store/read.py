@@ -37,9 +37,12 @@ import numpy as np
 from opscope.analysis.collectives import CollectiveCall
 from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSession
 from opscope.model.session import OPTION_NAMES, ProfileSession
+from opscope.store.budget import SESSION_FACTOR, check_memory, rows_size
 from opscope.store.extras import read_extras
-from opscope.store.folder import check_store_folder, partition_values, read_part
-from opscope.store.schema import StoreError, load_json, require_pyarrow
+from opscope.store.folder import (check_store_folder, part_footer, partition_values, read_part,
+                                  read_rows)
+from opscope.store.parts import RECORDED_TABLES, check_recorded
+from opscope.store.schema import StoreError, load_json, part_path, require_pyarrow
 
 
 def windows(store: "str | os.PathLike[str]") -> List[Tuple[int, int]]:
@@ -165,16 +168,20 @@ def _records(events, extras: Dict[str, Any], shift: int
 
 
 def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
-                window: Optional[int] = None) -> RawSession:
+                window: Optional[int] = None, *, memory_limit: Optional[int] = None
+                ) -> RawSession:
     """The RawSession of one window (default: the lowest rank's first window).
 
-    Raises StoreError naming the store when it is not one, or has no such window.
+    Raises StoreError naming the store when it is not one, or has no such window;
+    naming a file whose footer disagrees with what the window's sessions row
+    records (``opscope.store.parts``); and, with ``memory_limit`` (bytes), when
+    building a session from the window would need more (``opscope.store.budget``).
     """
     store = os.fspath(store)
     rank, window = _pick(store, rank, window)
     where = f"store {store!r}, rank {rank}, window {window}"
     try:
-        return _read_window(store, rank, window, where)
+        return _read_window(store, rank, window, where, memory_limit)
     except (ValueError, TypeError, KeyError, IndexError, NotImplementedError,
             OverflowError) as exc:
         if isinstance(exc, StoreError):
@@ -182,14 +189,31 @@ def read_window(store: "str | os.PathLike[str]", rank: Optional[int] = None,
         raise StoreError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
 
 
-def _read_window(store: str, rank: int, window: int, where: str) -> RawSession:
-    parts = {t: read_part(store, t, rank, window)
-             for t in ("events", "inputs", "stacks", "memory", "device", "sessions")}
-    events, session = parts["events"], parts["sessions"]
-    if events is None or session is None or not session.num_rows:
+def _checked_parts(store: str, rank: int, window: int, where: str, recorded: Dict[str, Any],
+                   memory_limit: Optional[int]) -> Dict[str, Any]:
+    """The window's partition tables, each footer checked against ``recorded`` (the
+    sessions row's ``extras.parts``) and the memory they need against ``memory_limit``
+    before a row is read; None for a file that does not exist."""
+    found = {t: part_footer(store, t, rank, window) for t in RECORDED_TABLES}
+    for table, figures in recorded.items():
+        path, footer = found[table] or (part_path(store, table, rank, window), None)
+        check_recorded(where, table, path, footer, figures)
+    need = sum(rows_size(t, f[1]) for t, f in found.items() if f is not None)
+    check_memory(where, SESSION_FACTOR * need, memory_limit)
+    return {t: None if f is None else read_rows(store, f[0]) for t, f in found.items()}
+
+
+def _read_window(store: str, rank: int, window: int, where: str,
+                 memory_limit: Optional[int] = None) -> RawSession:
+    session = read_part(store, "sessions", rank, window)
+    if session is None or not session.num_rows:
         raise StoreError(f"{where}: the events or sessions file is missing")
     row = session.slice(0, 1).to_pylist()[0]
     extras = read_extras(row.get("extras"), where)
+    parts = _checked_parts(store, rank, window, where, extras["parts"], memory_limit)
+    events = parts["events"]
+    if events is None:
+        raise StoreError(f"{where}: the events or sessions file is missing")
     shift = int(row["epoch_offset_ns"] or 0) + int(row["clock_offset_ns"] or 0)
     recs, row_of, names = _records(events, extras, shift)
     thread_ids = extras["thread_ids"]
@@ -283,9 +307,11 @@ def _add_rows(raw: RawSession, parts: Dict[str, Any], row_of: np.ndarray, kept: 
 
 
 def load_store_session(store: "str | os.PathLike[str]", rank: Optional[int] = None,
-                       window: Optional[int] = None) -> ProfileSession:
-    """The session of one window of a store, built as it was when written."""
+                       window: Optional[int] = None, *, memory_limit: Optional[int] = None
+                       ) -> ProfileSession:
+    """The session of one window of a store, built as it was when written; ``memory_limit``
+    as :func:`read_window` takes it."""
     from opscope.analysis.build import build_session
 
-    raw = read_window(store, rank, window)
+    raw = read_window(store, rank, window, memory_limit=memory_limit)
     return build_session(raw)

@@ -13,7 +13,10 @@ verb reads:
   chosen windows up.
 
 ``recorded(con, windows)`` says what the chosen windows hold (shapes, stacks,
-FLOPs, memory, events), as the checks of ``opscope table`` ask a session.
+FLOPs, memory, events), as the checks of ``opscope table`` ask a session;
+``windows_need`` about the memory their rows take, from their files' footers
+(``opscope.store.budget``), and ``check_rank_memory`` refuses a store whose ranks'
+rows need more than a limit.
 
 Example::
 
@@ -33,11 +36,16 @@ Example::
 
 from __future__ import annotations
 
+import os
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from opscope.model.session import OPTION_NAMES
 from opscope.store.aggregate_sql import chosen_sql
-from opscope.store.schema import StoreError, load_json
+from opscope.store.budget import SESSION_FACTOR, check_memory, rows_size
+from opscope.store.connect import file_footers, part_files
+from opscope.store.folder import regular_file_inside
+from opscope.store.parts import RECORDED_TABLES
+from opscope.store.schema import StoreError, load_json, part_path
 
 ALL = "all"
 
@@ -151,3 +159,27 @@ def recorded(con, windows: Sequence[StoreWindow]) -> Recorded:
         f"SELECT count(*) FROM stacks s SEMI JOIN {chosen} ON s.rank = c.r "
         f"AND s.\"window\" = c.w WHERE len(s.frames) > 0").fetchone()[0]
     return Recorded(int(n), inputs > 0, stacks > 0, flops > 0, memory > 0, int(self_ns))
+
+
+def windows_need(con, store: str, windows: Sequence[StoreWindow]) -> int:
+    """About the memory the rows of ``windows`` take (``budget.rows_size``), from their
+    files' footers as DuckDB reads them (``connect.file_footers``): no row is read."""
+    path = os.path.abspath(store)
+    need = 0
+    for table in RECORDED_TABLES:
+        files = [f for f in (part_path(path, table, w.rank, w.window) for w in windows)
+                 if regular_file_inside(path, f)]
+        need += sum(rows_size(table, footer)
+                    for _, _, footer in file_footers(con, files, store, table))
+    return need
+
+
+def check_rank_memory(con, store: str, limit: Optional[int]) -> None:
+    """Refuse (StoreError) when the rows the ranks' analysis reads, every window's
+    ``sessions`` row and every rank's ``collectives``, need more than ``limit`` as Python
+    objects (``budget.SESSION_FACTOR`` times their size)."""
+    path = os.path.abspath(store)
+    need = sum(rows_size(table, footer) for table in ("sessions", "collectives")
+               for _, _, footer in file_footers(con, part_files(path, table), store, table))
+    check_memory(f"store {store!r} (its sessions and collectives rows)",
+                 SESSION_FACTOR * need, limit)
