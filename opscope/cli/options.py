@@ -130,6 +130,37 @@ def add_max_trace_size(parser: argparse.ArgumentParser) -> None:
              "$OPSCOPE_MAX_TRACE_BYTES, else 4G)")
 
 
+def parse_memory_limit(text: str) -> int:
+    """``--memory-limit``: bytes of a size as DuckDB spells it (``500MB``, ``2GB``, ``1.5GiB``).
+
+    >>> parse_memory_limit("500MB")
+    500000000
+    >>> parse_memory_limit("lots")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: memory_limit 'lots' is not a size such as 500MB, 2GB or 1.5GiB
+    """
+    from opscope.store.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+STORE_MEMORY_HELP = (
+    "for a store: refuse, before reading it, a window whose rows need more memory than this, "
+    "as estimated from its files' footers (e.g. 500MB, 2GB; default: 80%% of this machine's "
+    "memory); when given, DuckDB's memory limit too")
+
+
+def add_memory_limit(parser: argparse.ArgumentParser, help_text: str = STORE_MEMORY_HELP
+                     ) -> None:
+    """``--memory-limit SIZE`` (bytes: :func:`parse_memory_limit`; None when not given)."""
+    parser.add_argument("--memory-limit", metavar="SIZE", type=parse_memory_limit,
+                        default=None, help=help_text)
+
+
 def add_output_dir(parser: argparse.ArgumentParser, what: str) -> None:
     """``-o/--output-dir DIR``."""
     parser.add_argument(

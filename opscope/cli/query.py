@@ -22,6 +22,7 @@ import sys
 from typing import Iterator, List
 
 from opscope.cli.errors import UsageError
+from opscope.cli.options import add_memory_limit
 
 SUMMARY = "run SQL over an opscope store (DuckDB) and print a table, CSV or JSON"
 DESCRIPTION = """\
@@ -57,8 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("sql", metavar="SQL", help="the query (DuckDB's SQL)")
     parser.add_argument("--format", choices=FORMATS, default="table",
                         help="output: an aligned table (default), CSV, or JSON rows")
-    parser.add_argument("--memory-limit", metavar="SIZE", default=None,
-                        help="DuckDB's memory limit, e.g. 1GB (it spills to disk beyond it)")
+    add_memory_limit(parser, "DuckDB's memory limit, e.g. 500MB or 2GB (it spills to disk "
+                             "beyond it; default: DuckDB's, 80%% of this machine's memory)")
     parser.add_argument("--allow-files", action="store_true",
                         help="let the SQL read and write the files you can (read_csv, "
                              "COPY ... TO, ATTACH); by default it sees only the store")

@@ -22,9 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Optional
 
 from opscope.cli.errors import UsageError
-from opscope.cli.options import add_max_trace_size, parse_row_limit
+from opscope.cli.options import add_max_trace_size, add_memory_limit, parse_row_limit
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 
@@ -59,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"smallest lateness that makes a rank a straggler at a "
                              f"collective (default: {DEFAULT_MIN_LATENESS_MS:g})")
     add_max_trace_size(parser)
+    add_memory_limit(parser)
     parser.set_defaults(handler=main)
 
 
@@ -78,13 +80,20 @@ def load_job(folder: str, max_bytes=None):
         raise UsageError(f"{folder!r}: not enough memory to load its traces") from None
 
 
-def load_store_facts(store: str):
-    """The store's RankFacts (``opscope.store.ranks_sql``); problems are one-line UsageErrors."""
+def load_store_facts(store: str, memory_limit: Optional[int] = None,
+                     budget: Optional[int] = None):
+    """The store's RankFacts (``opscope.store.ranks_sql``); problems are one-line UsageErrors.
+
+    ``memory_limit`` (bytes) is DuckDB's; ``budget`` (bytes) refuses a store whose
+    sessions and collectives rows would need more (``session_sql.check_rank_memory``).
+    """
     from opscope.cli.traces import open_store, store_errors
     from opscope.store.ranks_sql import store_rank_facts
+    from opscope.store.session_sql import check_rank_memory
 
-    con = open_store(store)
+    con = open_store(store, memory_limit)
     with store_errors(store), progress("reading ranks"):
+        check_rank_memory(con, store, budget)
         return store_rank_facts(con, store)
 
 
@@ -96,10 +105,10 @@ def main(args: argparse.Namespace) -> int:
     if not args.min_lateness_ms >= 0:
         raise UsageError(f"argument --min-lateness-ms: expected ms >= 0, got "
                          f"{args.min_lateness_ms!r}")
-    from opscope.cli.traces import is_store
+    from opscope.cli.traces import is_store, memory_budget
 
     if is_store(args.folder):
-        facts = load_store_facts(args.folder)
+        facts = load_store_facts(args.folder, args.memory_limit, memory_budget(args))
     else:
         facts = load_job(args.folder, args.max_trace_size)
     from opscope.analysis.rank_checks import RankTraceError

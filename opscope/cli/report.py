@@ -26,11 +26,12 @@ import os
 import sys
 
 from opscope.cli.errors import UsageError
-from opscope.cli.options import add_max_trace_size
+from opscope.cli.options import add_max_trace_size, add_memory_limit
 from opscope.cli.progress import progress
 from opscope.cli.terminal import terminal_safe, write_text
 from opscope.cli.traces import (add_window_options, check_no_window_options, chosen_windows,
-                                is_store, load_store_window, open_store, store_errors)
+                                is_store, load_store_window, memory_budget, open_store,
+                                store_errors)
 
 SUMMARY = "write the HTML report of a saved trace (opscope or torch.profiler)"
 DESCRIPTION = """\
@@ -63,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--title", help="title shown in the report (default: the trace's path)")
     add_window_options(parser, one_window=True)
     add_max_trace_size(parser)
+    add_memory_limit(parser)
     parser.set_defaults(handler=main)
 
 
@@ -152,19 +154,21 @@ def write_store(args: argparse.Namespace) -> int:
     from opscope.report import write_report, write_report_data
     from opscope.report.ranks import job_data
     from opscope.store.ranks_sql import load_store_job
-    from opscope.store.session_sql import store_windows
+    from opscope.store.session_sql import check_rank_memory, store_windows
 
     store = args.trace
     target = store_output(args.output, store)
-    con = open_store(store)
+    con = open_store(store, args.memory_limit)
+    limit = memory_budget(args)
     with store_errors(store):
         every = store_windows(con)
     if len({w.rank for w in every}) >= 2 and args.rank is None and args.window is None:
         with store_errors(store), progress(f"writing {terminal_safe(target)} from "
                                            f"{len(every)} windows"):
+            check_rank_memory(con, store, limit)  # then each window, as it is loaded
             try:
-                data = job_data(lambda visit: load_store_job(store, con, visit), len(every),
-                                title=args.title or store)
+                data = job_data(lambda visit: load_store_job(store, con, visit, limit),
+                                len(every), title=args.title or store)
             except RankTraceError as exc:  # ranks or times out of bounds in the store's rows
                 raise UsageError(str(exc)) from None
             write_report_data(data, target)
@@ -173,7 +177,7 @@ def write_store(args: argparse.Namespace) -> int:
         if len(windows) != 1:
             raise UsageError(f"store {store!r}: the report shows one window; choose one with "
                              f"--rank and --window (not 'all')")
-        session = load_store_window(store, windows[0])
+        session = load_store_window(store, windows[0], limit)
         with store_errors(store), progress(f"writing {terminal_safe(target)}"):
             write_report(session, target, title=args.title or f"{store} ({windows[0].label})")
     write_text(f"opscope: wrote report {target} (open it in a browser)\n", sys.stderr)

@@ -25,12 +25,12 @@ from typing import NamedTuple, Optional
 from opscope.analysis.facts import shapes_recorded
 from opscope.cli.errors import UsageError
 from opscope.cli.options import (DEFAULT_ROW_LIMIT, DEFAULT_SORT, add_max_trace_size,
-                                 parse_row_limit, parse_sort_key)
+                                 add_memory_limit, parse_row_limit, parse_sort_key)
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 from opscope.cli.traces import (add_window_options, check_no_window_options, chosen_windows,
-                                is_store, load_store_window, load_trace, open_store,
-                                store_errors, store_label)
+                                is_store, load_store_window, load_trace, memory_budget,
+                                open_store, store_errors, store_label)
 from opscope.model.session import ProfileSession
 
 SUMMARY = "print the key_averages table of a saved trace (opscope or torch.profiler) or a store"
@@ -94,6 +94,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
              "Mem of the module's range, which counts the forward only")
     add_window_options(parser)
     add_max_trace_size(parser)
+    add_memory_limit(parser)
     parser.set_defaults(handler=main)
 
 
@@ -229,18 +230,23 @@ def print_session_table(args: argparse.Namespace, session: ProfileSession, where
 def store_main(args: argparse.Namespace) -> int:
     """The table of a store's chosen windows, aggregated in DuckDB; return 0."""
     from opscope.store.aggregate_sql import store_key_averages
-    from opscope.store.session_sql import chosen_options, recorded
+    from opscope.store.budget import check_memory
+    from opscope.store.session_sql import chosen_options, recorded, windows_need
 
-    con = open_store(args.trace)
+    con = open_store(args.trace, args.memory_limit)
     windows = chosen_windows(con, args, args.trace)
     where = store_label(args.trace, windows)
+    limit = memory_budget(args)
     if args.group_by is not None and args.group_by.kind in ("module", "graph"):
         if len(windows) != 1:
             raise UsageError(f"argument --group-by: the {args.group_by.kind} table reads one "
                              f"window; "
                              f"{where}: choose one with --rank and --window")
-        return print_session_table(args, load_store_window(args.trace, windows[0]), where)
+        return print_session_table(args, load_store_window(args.trace, windows[0], limit),
+                                   where)
     options = chosen_options(windows)
+    with store_errors(args.trace):  # DuckDB adds the windows up: their rows at once
+        check_memory(where, windows_need(con, args.trace, windows), limit)
     with store_errors(args.trace), progress("analysing"):
         found = recorded(con, windows)
         has = TableData(options["record_shapes"] or found.inputs, found.stacks, False,

@@ -124,13 +124,22 @@ def store_errors(path: str) -> Iterator[None]:
         raise UsageError(f"store {path!r}: cannot read it ({first})") from None
 
 
-def open_store(path: str):
-    """``opscope.store.connect(path)`` (a DuckDB connection with the views); UsageError if not."""
+def open_store(path: str, memory_limit: Optional[int] = None):
+    """``opscope.store.connect(path)`` (a DuckDB connection with the views, its memory
+    limited to ``memory_limit`` bytes when given); UsageError if not."""
     from opscope.store import connect
 
     label = terminal_safe(os.path.basename(os.path.normpath(path)) or path)
     with store_errors(path), progress(f"opening {label}"):
-        return connect(path)
+        return connect(path, memory_limit=memory_limit)
+
+
+def memory_budget(args: argparse.Namespace) -> Optional[int]:
+    """The memory a verb's reads of a store may need: ``--memory-limit``, else 80% of the
+    machine's (``opscope.store.budget.default_memory_limit``)."""
+    from opscope.store.budget import default_memory_limit
+
+    return args.memory_limit if args.memory_limit is not None else default_memory_limit()
 
 
 def chosen_windows(con, args: argparse.Namespace, path: str) -> List:
@@ -148,9 +157,11 @@ def store_label(path: str, windows: List) -> str:
     return f"store {path!r} ({len(windows)} windows)"
 
 
-def load_store_window(path: str, window) -> ProfileSession:
-    """The session of one store window (``opscope.store.load_store_session``): bounded."""
+def load_store_window(path: str, window, memory_limit: Optional[int] = None
+                      ) -> ProfileSession:
+    """The session of one store window (``opscope.store.load_store_session``): bounded,
+    refused when it would need more than ``memory_limit`` bytes."""
     from opscope.store import load_store_session
 
     with store_errors(path), progress(f"loading {terminal_safe(window.label)}"):
-        return load_store_session(path, window.rank, window.window)
+        return load_store_session(path, window.rank, window.window, memory_limit=memory_limit)
