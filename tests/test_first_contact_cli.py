@@ -463,6 +463,50 @@ def test_help_of_every_verb_and_trigger_on_a_missing_pid_import_no_torch(tmp_pat
     assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr
 
 
+READING_VERBS_PROBE = """
+import contextlib, io, sys
+from opscope.cli.main import main
+trace, folder = sys.argv[1], sys.argv[2]
+argvs = [["table", trace], ["table", trace, "--group-by", "module"],
+         ["diff", trace, trace], ["report", trace, "-o", folder + "/r.html"],
+         ["convert", trace, "-o", folder + "/s"], ["table", folder + "/s"],
+         ["ranks", folder + "/s"], ["query", folder + "/s", "select count(*) from events"]]
+for argv in argvs:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            assert not exc.code, (argv, exc.code)
+print("TORCH", "torch" in sys.modules)
+"""
+
+
+def test_reading_verbs_on_a_trace_and_a_store_import_no_torch(tmp_path, module_trace):
+    """Reading a saved profile needs no torch: each of these ran a 2 s torch import."""
+    env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_ON_DEMAND"}
+    proc = subprocess.run([sys.executable, "-c", READING_VERBS_PROBE, str(module_trace),
+                           str(tmp_path)], capture_output=True, text=True, env=env,
+                          cwd=str(Path(__file__).resolve().parents[1]), timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "r.html").is_file() and (tmp_path / "s").is_dir()
+
+
+@pytest.fixture
+def module_trace(tmp_path):
+    """A training step's trace with modules and stacks, written by this process."""
+    import torch
+
+    import opscope
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    with opscope.profile(with_modules=True, with_stack=True) as prof:
+        model(torch.randn(2, 4)).sum().backward()
+    path = tmp_path / "step.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
 def test_importing_torch_after_opscope_still_installs_the_step_hook(tmp_path):
     code = ("import sys, opscope\n"
             "assert 'torch' not in sys.modules\n"

@@ -27,7 +27,7 @@ import numpy as np
 from opscope.model.device import (DEVICE_KINDS, KIND_DRIVER, KIND_RUNTIME, USER_SPAN_DTYPE,
                                   DeviceEvents, api_name, device_event_names)
 from opscope.model.events import EventTable, SymbolTable
-from opscope.model.function_event import DeviceType, FunctionEvent, FunctionEventAvg
+from opscope.model.function_event import CUDA_CODE, FunctionEvent, FunctionEventAvg
 from opscope.model.records import (FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME, NO_INPUTS, NO_STACK,
                                    RECORD_DTYPE, SCOPE_USER, RawSession)
 
@@ -254,8 +254,8 @@ def session_device_times(session) -> Tuple[np.ndarray, np.ndarray]:
     return session.derived("device_times", lambda s: device_times(s.table, s.device))
 
 
-def _cuda_device_type():
-    return DeviceType.CUDA if DeviceType is not None else None
+def _cuda_device_type() -> int:
+    return CUDA_CODE
 
 
 def device_key_averages(device: DeviceEvents, *, group_by_input_shape: bool = False,

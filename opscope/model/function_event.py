@@ -13,12 +13,30 @@ Example::
 
 from __future__ import annotations
 
+import enum
+import sys
 from typing import List, Optional
 
-try:  # torch's own enum, so comparisons with torch.autograd.DeviceType hold
-    from torch.autograd import DeviceType
-except Exception:  # pragma: no cover - torch is a hard dependency
-    DeviceType = None  # type: ignore[assignment]
+CPU_CODE, CUDA_CODE = 0, 1  # c10::DeviceType's codes
+
+
+class StandInDeviceType(enum.IntEnum):
+    """torch.autograd.DeviceType's first members, for a process that never imported torch
+    (``opscope table`` reads a trace without it)."""
+
+    CPU = CPU_CODE
+    CUDA = CUDA_CODE
+
+
+def device_type_enum():
+    """torch.autograd.DeviceType once torch is imported, so that comparisons with it hold
+    whenever the program reads them; until then :class:`StandInDeviceType`.
+
+    >>> device_type_enum()(CUDA_CODE).name
+    'CUDA'
+    """
+    autograd = getattr(sys.modules.get("torch"), "autograd", None)
+    return getattr(autograd, "DeviceType", None) or StandInDeviceType
 
 
 class Interval:
@@ -60,13 +78,22 @@ class _CpuEventFields:
         if device_type is not None:
             self.device_type = device_type
 
+    @property
+    def device_type(self):
+        """CPU, or CUDA for a device row: torch's enum (see :func:`device_type_enum`)."""
+        return device_type_enum()(self._device_code)
+
+    @device_type.setter
+    def device_type(self, value) -> None:
+        self._device_code = int(value)
+
     def _init_cpu_fields(self) -> None:
         self.device_memory_usage = 0
         self.self_device_memory_usage = 0
         self.is_legacy = False
         self.is_remote = False
         self.use_device = None
-        self.device_type = DeviceType.CPU if DeviceType is not None else 0
+        self._device_code = CPU_CODE
 
 
 class FunctionEvent(_CpuEventFields):
