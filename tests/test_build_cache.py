@@ -118,7 +118,7 @@ def test_first_build_prints_where_then_how_long(built_cache):
     cache, proc, _ = built_cache
     lines = proc.stderr.splitlines()
     assert len(lines) == 2, proc.stderr
-    assert "compiling the native collector once (1-2 minutes)" in lines[0]
+    assert "compiling the native collector once (under a minute)" in lines[0]
     assert str(library(cache).parent) in lines[0]
     assert lines[1].startswith("opscope: built the native collector in ")
     assert not list(library(cache).parent.glob("build-*")), "the temp build folder was kept"

@@ -14,7 +14,10 @@
 // shared counter, or (torch 2.8) one id per storage object from a counter of
 // their own, so a new storage at a reused address gets a new id. (The JSON
 // layout per version is in opscope/execution_trace/writer.py, FORMATS.)
-#include <torch/extension.h>
+// Not <torch/extension.h>: it brings in torch's whole C++ API, about half of a cold
+// build's compile time; this file needs pybind11, the dispatcher and RecordFunction.
+#include <pybind11/pybind11.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/version.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
@@ -29,6 +32,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+namespace py = pybind11;
 
 namespace {
 

@@ -123,7 +123,7 @@ class NativeExtension:
     """
 
     def __init__(self, source: Path, module_prefix: str, what: str, consequence: str,
-                 extra: Optional[Any] = None, takes: str = "1-2 minutes"):
+                 extra: Optional[Any] = None, takes: str = "under a minute"):
         self.source = Path(source)
         self.takes = takes  # what the first build's line says it takes
         # extra() -> {"include_dirs": [...], "cflags": [...], "key": str}, or raises

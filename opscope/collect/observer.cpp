@@ -16,7 +16,10 @@
 //   int64 start_ns, int64 end_ns, int64 seq_nr,
 //   int32 name_id, int32 thread_index, uint32 fwd_thread_id, uint32 rf_thread_id,
 //   uint32 shape_offset, uint8 scope, uint8 flags, uint16 pad
-#include <torch/extension.h>
+// Not <torch/extension.h>: it brings in torch's whole C++ API, about half of a cold
+// build's compile time; this file needs pybind11, the dispatcher and RecordFunction.
+#include <pybind11/pybind11.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -52,6 +55,8 @@
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
+
+namespace py = pybind11;
 
 namespace {
 
