@@ -15,7 +15,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Tuple
 
 from opscope.analysis.aggregate import event_key_averages, total_average
 from opscope.arguments import check_bool, check_int
@@ -119,15 +119,19 @@ class ModuleList(list):
     """The rows of ``key_averages(group_by="module")``: one ``ModuleRow`` per module.
 
     Rows come parents first, each subtree together (see ``analysis.modules``);
-    ``table()`` prints them as an indented tree.
+    ``table()`` prints them as an indented tree. ``fused_kernels``, (calls, kernels)
+    fused from nodes of several modules (``analysis.modules.fused_kernel_counts``),
+    adds a note under it on how their time was counted.
 
     >>> ModuleList([]).table()
     ''
     """
 
-    def __init__(self, rows: Iterable = (), *, with_flops: bool = False):
+    def __init__(self, rows: Iterable = (), *, with_flops: bool = False,
+                 fused_kernels: Tuple[int, int] = (0, 0)):
         super().__init__(rows)
         self._with_flops = check_bool("ModuleList", "with_flops", with_flops)
+        self.fused_kernels = tuple(fused_kernels)
 
     def table(self, sort_by=None, row_limit=-1, time_unit=None,
               max_name_column_width=60) -> str:
@@ -136,7 +140,8 @@ class ModuleList(list):
 
         return format_module_table(self, sort_by=sort_by, row_limit=row_limit,
                                    time_unit=time_unit, with_flops=self._with_flops,
-                                   max_name_column_width=max_name_column_width, where="table")
+                                   max_name_column_width=max_name_column_width, where="table",
+                                   fused_kernels=self.fused_kernels)
 
     def __str__(self) -> str:
         return self.table()

@@ -104,9 +104,10 @@ class ProfileResults:
         if session.modules is None:
             raise RuntimeError("key_averages(group_by='module') needs "
                                "opscope.profile(with_modules=True)")
-        from opscope.analysis.modules import module_rows
+        from opscope.analysis.modules import fused_kernel_counts, module_rows
 
-        return ModuleList(module_rows(session), with_flops=self.with_flops)
+        return ModuleList(module_rows(session), with_flops=self.with_flops,
+                          fused_kernels=fused_kernel_counts(session))
 
     def module_table(self, sort_by: Optional[str] = None, row_limit: int = -1,
                      time_unit: Optional[str] = None, max_name_column_width: int = 60) -> str:

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -65,6 +65,7 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
             table, fields = without_rows(table, hidden, fields)
     if options is not None:
         fields["options"] = dict(options)
+    fields["fused_modules"] = _fused_modules(table, raw)
     if raw.device is not None:
         fields["device"] = link_device(table, raw)
     fields.update(
@@ -117,6 +118,15 @@ def _stacks(table: EventTable, raw: RawSession) -> Optional[List[Optional[List[s
         return event_stacks(table, raw.stack_table)
     frames = raw.stack_table
     return [frames[s] if s >= 0 else None for s in table.stack_id.tolist()]
+
+
+def _fused_modules(table: EventTable, raw: RawSession) -> Dict[int, Tuple[str, ...]]:
+    """Row -> fused modules of the rows whose record has them (``raw.fused_modules``)."""
+    if not raw.fused_modules:
+        return {}
+    rows = np.flatnonzero(np.isin(table.record, list(raw.fused_modules)))
+    return {row: raw.fused_modules[record]
+            for row, record in zip(rows.tolist(), table.record[rows].tolist())}
 
 
 def _flops(table: EventTable, raw: RawSession,

@@ -13,7 +13,8 @@ call is the k-th ``aten::addmm`` site), and then:
   of the forward modules they differentiate (the forward call is the one whose
   ``CompiledFunction`` has the backward's sequence number); ``analysis.modules`` counts
   those as backward time, not as calls. A kernel fused from nodes of several modules
-  counts for the module that holds most of its nodes (the *majority* rule);
+  counts for the module that holds most of its nodes (the *majority* rule), and
+  ``raw.fused_modules`` names them all, with their node counts (``_fused_counts``);
 - **source lines** (``with_stack``): a kernel's stack is the model source Dynamo
   recorded for its nodes (``file(line): function``), not Inductor's generated wrapper.
 
@@ -35,7 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.model.modules import ModuleInfo
+from opscope.model.modules import ModuleInfo, fused_module_entries
 from opscope.model.records import (FLAG_SOURCE_STACK, NO_INPUTS, NO_STACK, RECORD_DTYPE,
                                    SCOPE_USER, RawSession)
 from opscope.model.torch_names import (COMPILED_BACKWARD, COMPILED_CALL_PREFIX,
@@ -211,13 +212,15 @@ def _module_ranges(raw: RawSession, calls: List[_Call]) -> Dict[str, Any]:
     names = list(raw.names)
     name_ids = {n: i for i, n in enumerate(names)}
     rows: List[Tuple] = []
+    fused = dict(raw.fused_modules)
     for call in calls:
-        rows.extend(_call_ranges(raw, call, modules, names, name_ids))
+        rows.extend(_call_ranges(raw, call, modules, names, name_ids, fused))
     if not rows:
-        return {}
+        return dict(fused_modules=fused)
     new = np.array(rows, dtype=RECORD_DTYPE)
     records = np.concatenate([new, raw.records])  # first: a range before its namesake span
-    extra: Dict[str, Any] = dict(records=records, names=names, modules=modules)
+    extra: Dict[str, Any] = dict(records=records, names=names, modules=modules,
+                                 fused_modules={len(new) + r: v for r, v in fused.items()})
     if raw.stack_ids is not None:
         extra["stack_ids"] = np.concatenate([np.full(len(new), NO_STACK, raw.stack_ids.dtype),
                                              raw.stack_ids])
@@ -230,8 +233,12 @@ def _module_ranges(raw: RawSession, calls: List[_Call]) -> Dict[str, Any]:
 
 
 def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
-                 names: List[str], name_ids: Dict[str, int]) -> List[Tuple]:
-    """The module range records of one call: a stack of open ranges over its ops."""
+                 names: List[str], name_ids: Dict[str, int],
+                 fused: Dict[int, Tuple[str, ...]]) -> List[Tuple]:
+    """The module range records of one call: a stack of open ranges over its ops.
+
+    A kernel fused from nodes of several modules goes into ``fused`` (record -> them).
+    """
     rec = raw.records
     context = [m for m in call.context if m in modules]
     prefix = modules[context[-1]].path if context else ""
@@ -255,6 +262,9 @@ def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
             info = modules.setdefault(f"{full} ({cls})",
                                       ModuleInfo.for_module(full, cls, root_class))
             chain.append(info.name)
+        counts = _fused_counts(site, prefix, context[-1] if context else root_class)
+        if counts:
+            fused[row] = fused_module_entries(counts)
         start, end = int(rec["start_ns"][row]), int(rec["end_ns"][row])
         keep = 0
         while keep < min(len(opened), len(chain)) and opened[keep][0] == chain[keep]:
@@ -271,6 +281,29 @@ def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
     while opened:
         close(opened.pop(), len(opened))
     return out
+
+
+def _fused_counts(site: Any, prefix: str, root_name: str) -> List[Tuple[str, int]]:
+    """(module name, FX nodes) of each module a site's nodes came from, most nodes first;
+    [] unless there are several. A node's module is the innermost of its stack; the
+    module ranges are named as ``_call_ranges`` names them (under ``prefix``).
+
+    >>> _fused_counts(("k", ((10, (("", "M"), ("0", "B"), ("0.ln", "LN"))),
+    ...                      (1, (("", "M"), ("0", "B")))), ()), "", "M")
+    [('0.ln (LN)', 10), ('0 (B)', 1)]
+    """
+    counts: Dict[str, int] = {}
+    for n, stack in site[1]:
+        if not stack:
+            continue
+        name = root_name
+        if len(stack) > 1:
+            path, cls = stack[-1]
+            name = ModuleInfo.for_module(f"{prefix}.{path}" if prefix else path, cls, "").name
+        counts[name] = counts.get(name, 0) + int(n)
+    if len(counts) < 2:
+        return []
+    return sorted(counts.items(), key=lambda item: -item[1])
 
 
 def _site_root(call: _Call) -> str:

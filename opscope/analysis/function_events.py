@@ -47,6 +47,7 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
     sig_l = sig.tolist() if sig is not None else []
     values = [[concrete_value(text) for text in rec.concrete] for rec in decoded]
     hierarchy = module_hierarchy(session) if session.modules else None
+    fused = session.fused_modules
     zeros = [0] * len(t)
     mem = {k: v.tolist() for k, v in (session.event_memory or {}).items()}
     cpu_mem = mem.get("cpu_memory_usage", zeros)
@@ -83,6 +84,7 @@ def function_events(session: ProfileSession) -> List[FunctionEvent]:
             self_device_memory_usage=self_dev_mem[i],
             flops=flops[i] if flops is not None else None,
             module_hierarchy=hierarchy[i] if hierarchy is not None else "",
+            fused_modules=fused.get(i),
         ))
     for i, p in enumerate(parent):
         if p >= 0:

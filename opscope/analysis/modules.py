@@ -9,6 +9,9 @@ and ``event_modules`` (how: ``opscope.analysis.module_owners``). Here:
   as a tree of call paths (a module called from two places is two rows), with
   forward and backward time, their sum, self time, calls, parameters, FLOPs and,
   when the session has per-event memory, memory.
+- *Which kernels ran several modules' code?* :func:`fused_kernel_counts`: the compiled
+  kernels fused from nodes of several modules, each counted for one by the majority
+  rule (``opscope.analysis.compiled_modules``); the module table says so under it.
 
 Example (times in ns; a Net range holding an fc range holding an addmm)::
 
@@ -187,6 +190,19 @@ def module_rows(session: ProfileSession, flops: Optional[np.ndarray] = None,
             if device_direct is not None:
                 up.device_time_total = (up.device_time_total or 0.0) + row.device_time_total
     return _depth_first(groups)
+
+
+def fused_kernel_counts(session: ProfileSession) -> Tuple[int, int]:
+    """(calls, distinct kernels) of the compiled kernels fused from nodes of several
+    modules (``session.fused_modules``).
+
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> fused_kernel_counts(build_session(RawSession.empty()))
+    (0, 0)
+    """
+    rows = list(session.fused_modules)
+    return len(rows), len({int(session.table.name_id[r]) for r in rows})
 
 
 def _own_device_us(session: ProfileSession) -> np.ndarray:

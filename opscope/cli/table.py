@@ -168,9 +168,10 @@ def session_table(session: ProfileSession, *, sort: Optional[str] = None,
         return format_graph_table(graph_rows(session), graph_breaks(session),
                                   frame_rows(session))
     if group_by is not None and group_by.kind == "module":
-        from opscope.analysis.modules import module_rows
+        from opscope.analysis.modules import fused_kernel_counts, module_rows
 
-        rows = ModuleList(module_rows(session), with_flops=bool(options.get("with_flops")))
+        rows = ModuleList(module_rows(session), with_flops=bool(options.get("with_flops")),
+                          fused_kernels=fused_kernel_counts(session))
         return rows.table(sort_by=sort, row_limit=row_limit)
     rows = session_key_averages(
         session, group_by_input_shape=group_by is not None and group_by.kind == "shape",

@@ -44,6 +44,7 @@ from opscope.analysis.device import session_correlations
 from opscope.export.units import micros_text as _us
 from opscope.export.device_trace import (row_categories, write_device_events,
                                          write_device_processes)
+from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_text
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT
@@ -264,7 +265,7 @@ def _extra_args(session: ProfileSession) -> List[Any]:
     """
     table = session.table
     parts: List[Any] = [_input_args(table)]
-    if session.modules is not None:
+    if session.modules is not None or session.fused_modules:
         parts.append(intern_strings(_module_args(session)))
     if session.flops is not None:
         parts.append(np.asarray(session.flops, dtype=np.int64))
@@ -335,6 +336,8 @@ def _module_args(session: ProfileSession) -> List[str]:
     An op gets ``"Module Hierarchy"`` (``Model.encoder.0``). A module range
     (``with_modules``) is marked by ``"Module Class"``, ``"Module Path"``,
     ``"Module Hierarchy"`` and ``"Module Parameters"`` (see ``opscope.model.modules``).
+    A compiled kernel fused from nodes of several modules adds ``"Fused Modules"``
+    (``0.ln (LayerNorm) x10; 0 (Block) x1``).
     """
     out = [""] * len(session.table)
     rendered: Dict[str, str] = {}
@@ -347,6 +350,9 @@ def _module_args(session: ProfileSession) -> List[str]:
         info = session.modules[session.table.name(i)]
         out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
                          for k, v in info.trace_args().items())
+    for i, entries in session.fused_modules.items():
+        out[i] += "%s: %s, " % (json.dumps(TRACE_ARG_FUSED),
+                                json.dumps(fused_modules_text(entries)))
     return out
 
 

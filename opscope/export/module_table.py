@@ -18,6 +18,8 @@ submodules' included (``MEMORY_NOTE``, printed under the table, says so). It is 
 the op table's ``CPU Mem`` of the module's range, which counts the forward alone:
 backward frees most of what forward allocated, so the net is small, can be
 negative, and a submodule's can exceed its parent's.
+When compiled kernels fused from nodes of several modules were counted, a note
+under the table (:func:`fused_note`) says how many and by which rule.
 
 Example::
 
@@ -31,7 +33,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from opscope.arguments import check_bool, check_int, check_type
 from opscope.export.table import (FLOP_RATE_UNITS, check_row_limit, check_sort_key,
@@ -48,8 +50,26 @@ MEMORY_NOTE = ("Net CPU Mem: bytes allocated minus freed by the module's forward
                "ops, submodules included (what backward frees of forward's cancels out, so "
                "a submodule can exceed its parent); the op table's CPU Mem of the module's "
                "range counts its forward only.")
+FUSED_NOTE = ("Fused kernels: {calls} call{s} of {kernels} compiled kernel{ks} ran FX nodes "
+              "of several modules; each counts for the module holding most of its nodes "
+              "(the majority rule). FunctionEvent.fused_modules and the trace's "
+              "\"Fused Modules\" arg name them all.")
 # A long label is cut to (width - 6) characters + "...": below 7 none would be left.
 MIN_NAME_WIDTH = 7
+
+
+def fused_note(calls: int, kernels: int) -> str:
+    """The note on fused kernels under a module table ('' when there were none).
+
+    >>> fused_note(4, 2)[:62]
+    'Fused kernels: 4 calls of 2 compiled kernels ran FX nodes of s'
+    >>> fused_note(0, 0)
+    ''
+    """
+    if calls <= 0:
+        return ""
+    return FUSED_NOTE.format(calls=calls, s="" if calls == 1 else "s", kernels=kernels,
+                             ks="" if kernels == 1 else "s")
 
 
 def _tree_order(rows: Sequence, sort_by: Optional[str]) -> List[int]:
@@ -113,12 +133,14 @@ def _cells(row, roots_total: float, time_unit: Optional[str], flops, rates, with
 
 def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_limit: int = -1,
                         time_unit: Optional[str] = None, with_flops: bool = False,
-                        max_name_column_width: int = 60, where: str = "module_table") -> str:
+                        max_name_column_width: int = 60, where: str = "module_table",
+                        fused_kernels: Tuple[int, int] = (0, 0)) -> str:
     """Render module rows as an indented tree table ('' for no rows).
 
     ``sort_by`` (one of ``SORT_KEYS``) orders siblings, largest first; the tree
     shape is kept. ``row_limit`` caps the lines shown (-1: all, 0: none).
-    ``where`` names the caller in argument errors.
+    ``where`` names the caller in argument errors. ``fused_kernels``, (calls,
+    kernels) of ``analysis.modules.fused_kernel_counts``, adds :func:`fused_note`.
 
     >>> format_module_table([], row_limit=-2)
     Traceback (most recent call last):
@@ -176,4 +198,6 @@ def format_module_table(rows: Sequence, *, sort_by: Optional[str] = None, row_li
     out.append(f"Module backward time total: {format_time(backward, time_unit)}")
     if with_memory:
         out.append(MEMORY_NOTE)
+    if fused_note(*fused_kernels):
+        out.append(fused_note(*fused_kernels))
     return "".join(text + "\n" for text in out)

@@ -23,13 +23,14 @@ Example::
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import compress, repeat
 from operator import methodcaller
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.load.trace_device import correlation_column
+from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_from_text
 from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
                                      is_microseconds, op_columns)
 
@@ -141,7 +142,8 @@ class TraceColumns:
     every op so far (``ts``, ``dur`` float microseconds, NaN where bad;
     ``name``, ``tid``, ``cat`` ids into ``names``, ``tids``, ``cats``;
     ``seq``, ``fwd``, ``python``, ``sig`` input ids into ``signatures``,
-    ``stack`` ids into ``stacks``, ``flops``, ``has_flops``).
+    ``stack`` ids into ``stacks``, ``flops``, ``has_flops``); ``fused`` maps an op
+    to its ``"Fused Modules"`` (sparse: a compiled kernel's, see ``model.modules``).
     """
 
     def __init__(self, path: str) -> None:
@@ -167,6 +169,7 @@ class TraceColumns:
         self.python_events: List[dict] = []  # the first few, for the torch version's rule
         self.pids: Dict[bool, Any] = {}  # the first op's pid, and the first non-Python op's
         self.modules: List[Tuple[int, str, dict]] = []  # (op, name, args) of module ranges
+        self.fused: Dict[int, Tuple[str, ...]] = {}  # op -> its "Fused Modules" entries
         # (what, is python) -> (op, error) of the first bad ts or dur of each kind of op
         self.bad: Dict[Tuple[str, bool], Tuple[int, Exception]] = {}
         self.has_stacks = False
@@ -206,6 +209,7 @@ class TraceColumns:
         self._put("sig", self._signatures(args))
         self._put("stack", self._stack_codes(args))
         self._flops(args, len(ops))
+        self._fused(args)
         self._firsts(ops, cols, is_python, self.batches["cat"][-1])
         self.count += len(ops)
 
@@ -284,6 +288,12 @@ class TraceColumns:
             self._put("has_flops", np.zeros(self.count, dtype=bool))
         self._put("flops", int_column(values, 0))
         self._put("has_flops", np.array([v != 0 for v in values], dtype=bool))
+
+    def _fused(self, args: List[dict]) -> None:
+        for i in compress(range(len(args)), map(dict.__contains__, args, repeat(TRACE_ARG_FUSED))):
+            entries = fused_modules_from_text(args[i][TRACE_ARG_FUSED])
+            if entries:
+                self.fused[self.count + i] = entries
 
     def _firsts(self, ops: List[dict], cols, is_python: np.ndarray, cats: np.ndarray) -> None:
         """The first pids, the first Python events and the module ranges of the batch."""

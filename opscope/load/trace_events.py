@@ -156,6 +156,7 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
     flops = ops.column("flops") if "flops" in cols.batches and \
         ops.column("has_flops").any() else None
     order = sort_order(start, end)
+    fused = _fused_records(cols, keep, order)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
         correlation = None if correlation is None else correlation[order]
@@ -178,7 +179,19 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
         thread_names={t: n for t, n in cols.thread_names.items() if isinstance(t, int)},
         options=options, link_backward_stacks=False, source_path=path,
         python_functions=python_functions, device=device, device_names=device_names,
-        correlation=correlation)
+        correlation=correlation, fused_modules=fused)
+
+
+def _fused_records(cols: TraceColumns, keep: Optional[np.ndarray],
+                   order: np.ndarray) -> Dict[int, Tuple[str, ...]]:
+    """Record index -> "Fused Modules" of the kept ops that have them (records: ``order``)."""
+    if not cols.fused:
+        return {}
+    kept = np.arange(cols.count) if keep is None else np.cumsum(keep) - 1
+    record = np.empty(len(order), dtype=np.int64)
+    record[order] = np.arange(len(order))
+    return {int(record[kept[op]]): entries for op, entries in cols.fused.items()
+            if keep is None or keep[op]}
 
 
 def _device_side(cols: TraceColumns, ops: "_KeptOps", origin_us: int, records: np.ndarray):

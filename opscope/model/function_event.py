@@ -106,7 +106,8 @@ class FunctionEvent(_CpuEventFields):
                  overload_name: str = "", is_user_annotation: bool = False,
                  cpu_memory_usage: int = 0, self_cpu_time_total: Optional[float] = None,
                  self_cpu_memory_usage: Optional[int] = None, device_memory_usage: int = 0,
-                 self_device_memory_usage: int = 0, module_hierarchy: str = ""):
+                 self_device_memory_usage: int = 0, module_hierarchy: str = "",
+                 fused_modules: Optional[List[str]] = None):
         self.id = id
         self.name = name
         self.key = name
@@ -141,6 +142,9 @@ class FunctionEvent(_CpuEventFields):
         self.is_python_function = False
         # the module that ran it, as the trace's "Module Hierarchy" (with_modules), or ''
         self.module_hierarchy = module_hierarchy
+        # a compiled kernel fused from FX nodes of several modules: each of them with its
+        # node count, most first ("0.ln (LayerNorm) x10"); [] for every other event
+        self.fused_modules = list(fused_modules) if fused_modules else []
         self._self_cpu_time_total = self_cpu_time_total
 
     def append_cpu_child(self, child: "FunctionEvent") -> None:

@@ -20,6 +20,12 @@ In a Chrome trace, a module range is an ``X`` event of category
 ``"Module Hierarchy"`` and ``"Module Parameters"``; a loader rebuilds
 ``ModuleInfo`` from those (see :func:`module_info_from_trace_args`).
 
+A compiled kernel fused from FX nodes of several modules counts for one of them
+(``opscope.analysis.compiled_modules``, the majority rule) and names them all: its
+*fused modules*, each module's name with its count of nodes (``0.ln (LayerNorm) x10``),
+most nodes first, written in a trace as one ``"Fused Modules"`` arg
+(:func:`fused_modules_text`).
+
 Example::
 
     >>> info = ModuleInfo.for_module("layers.0.linear", "Linear", "Model", 4160)
@@ -32,13 +38,15 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 # Keys of a module range's args in the Chrome trace (the marker a loader reads).
 TRACE_ARG_CLASS = "Module Class"
 TRACE_ARG_PATH = "Module Path"
 TRACE_ARG_HIERARCHY = "Module Hierarchy"
 TRACE_ARG_PARAMETERS = "Module Parameters"
+TRACE_ARG_FUSED = "Fused Modules"  # a fused kernel's modules, on the kernel's event
+FUSED_SEPARATOR = "; "
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,33 @@ def module_info_from_trace_args(name: str, args: Dict[str, Any]) -> Optional[Mod
     return ModuleInfo(name, str(args.get(TRACE_ARG_PATH, "")), str(args[TRACE_ARG_CLASS]),
                       str(args.get(TRACE_ARG_HIERARCHY, name)),
                       int(args.get(TRACE_ARG_PARAMETERS, 0) or 0))
+
+
+def fused_module_entries(counts: Sequence[Tuple[str, int]]) -> Tuple[str, ...]:
+    """A fused kernel's modules, from (module name, FX nodes) pairs: ``name xN`` each.
+
+    >>> fused_module_entries([("0.ln (LayerNorm)", 10), ("0 (Block)", 1)])
+    ('0.ln (LayerNorm) x10', '0 (Block) x1')
+    """
+    return tuple(f"{name} x{int(count)}" for name, count in counts)
+
+
+def fused_modules_text(entries: Sequence[str]) -> str:
+    """The ``"Fused Modules"`` trace arg of a kernel's entries ('' for none).
+
+    >>> text = fused_modules_text(("0.ln (LayerNorm) x10", "0 (Block) x1")); text
+    '0.ln (LayerNorm) x10; 0 (Block) x1'
+    >>> fused_modules_from_text(text), fused_modules_from_text(7)
+    (('0.ln (LayerNorm) x10', '0 (Block) x1'), ())
+    """
+    return FUSED_SEPARATOR.join(entries)
+
+
+def fused_modules_from_text(text: Any) -> Tuple[str, ...]:
+    """The entries of a ``"Fused Modules"`` trace arg; () for anything but a str."""
+    if not isinstance(text, str):
+        return ()
+    return tuple(entry for entry in text.split(FUSED_SEPARATOR) if entry)
 
 
 @dataclass

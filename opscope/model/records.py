@@ -260,6 +260,9 @@ class RawSession:
     # name, the call sites Inductor noted for each graph under that key (None: none noted);
     # see opscope.collect.inductor_sites and opscope.analysis.compiled_modules.
     compiled_sites: Optional[Dict[str, List[Any]]] = None
+    # with_modules: record index -> the modules of a compiled kernel fused from FX nodes
+    # of several modules (model.modules.fused_module_entries); only such kernels are keys
+    fused_modules: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> "RawSession":

@@ -84,6 +84,9 @@ class ProfileSession:
     # A device collector's work (kernels, copies, memsets) linked to table rows
     # (model.device.DeviceEvents); None: no device activity was recorded.
     device: Optional[Any] = None
+    # with_modules: table row -> the modules of a compiled kernel fused from FX nodes of
+    # several modules, as "0.ln (LayerNorm) x10" (model.modules); only such kernels are keys
+    fused_modules: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
     # derived per-event facts, each computed once on first use (see ``derived``)
     _derived: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

@@ -3,6 +3,7 @@
 With memory recorded, ``net_mem``/``self_net_mem`` are the module table's ``Net
 CPU Mem`` columns (``opscope.export.module_table``): bytes allocated minus freed by
 the module's forward and backward ops, not the op table's ``CPU Mem`` of its range.
+``fused_note`` is the module table's note on compiled kernels fused across modules.
 
 The rows are ``opscope.analysis.modules.module_rows`` (``with_modules``); this
 module only shapes them for the page (``assets/views.js``, ``VIEWS.modules``).
@@ -22,8 +23,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from opscope.analysis.facts import event_flops
-from opscope.analysis.modules import module_rows
-from opscope.export.module_table import MEMORY_NOTE
+from opscope.analysis.modules import fused_kernel_counts, module_rows
+from opscope.export.module_table import MEMORY_NOTE, fused_note
 from opscope.model.session import ProfileSession
 
 TOP_MODULES = 10
@@ -47,4 +48,5 @@ def module_view(session: ProfileSession) -> Optional[Dict[str, Any]]:
                       "net_mem": row.cpu_memory_usage,
                       "self_net_mem": row.self_cpu_memory_usage})
     top = sorted(nodes, key=lambda n: -n["self_us"])[:TOP_MODULES]
-    return {"nodes": nodes, "top": top, "memory_note": MEMORY_NOTE}
+    return {"nodes": nodes, "top": top, "memory_note": MEMORY_NOTE,
+            "fused_note": fused_note(*fused_kernel_counts(session))}

@@ -49,6 +49,7 @@ VIEWS.modules = function (section) {
         hasMem ? el("th", { text: "Net CPU Mem" }) : null,
         hasMem ? el("th", { text: "Self Net Mem" }) : null)), tbody)));
   if (hasMem) section.append(el("p", { class: "muted", id: "module-memory-note", text: mods.memory_note }));
+  if (mods.fused_note) section.append(el("p", { class: "muted", id: "module-fused-note", text: mods.fused_note }));
   draw();
 };
 
