@@ -255,3 +255,87 @@ def test_graph_breaks_are_read_from_the_metadata_and_bounded():
 
     assert breaks('{"print() call": 2}') == {"print() call": 2}
     assert breaks("[" * 100_000) == {} and breaks('"x"') == {} and breaks('{"a": "b"}') == {}
+
+
+def _module_names(fused_modules):
+    """``0.ln (LayerNorm) x10`` entries as (module name, node count) pairs."""
+    return [(name, int(count)) for name, count in (m.rsplit(" x", 1) for m in fused_modules)]
+
+
+def test_a_kernel_fused_from_two_modules_names_both_live_and_in_the_trace(compiled_profile,
+                                                                          tmp_path):
+    prof = compiled_profile[0]
+    live = {(e.name, tuple(e.fused_modules)) for e in _in_calls(prof) if e.fused_modules}
+    ln_relu = [m for name, m in live if "native_layer_norm_relu" in name]  # forward
+    assert ln_relu, live
+    for modules in ln_relu:
+        names = [name for name, _ in _module_names(modules)]
+        block = names[0].split(".")[0]
+        assert set(names) == {f"{block}.ln (LayerNorm)", f"{block} (Block)"}, modules
+        counts = [n for _, n in _module_names(modules)]
+        assert counts == sorted(counts, reverse=True) and min(counts) >= 1, modules
+    assert {m[0].split(".")[0] for m in ln_relu} == {"0", "1"}
+    assert all(len(m) >= 2 for _, m in live)  # only kernels of several modules list them
+    assert not any(e.fused_modules for e in prof.events() if not e.name.startswith("graph_")
+                   and e.name not in ("aten::addmm", "aten::mm")), live
+    path = str(tmp_path / "compiled.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        args = [e.get("args", {}) for e in json.load(f)["traceEvents"]]
+    assert sum("Fused Modules" in a for a in args) == sum(
+        1 for e in prof.events() if e.fused_modules)
+    back = opscope.load(path)
+    assert {(e.name, tuple(e.fused_modules)) for e in back.events() if e.fused_modules} == live
+    calls, kernels = len([e for e in prof.events() if e.fused_modules]), len(live)
+    for table in (prof.module_table(), back.module_table()):
+        note = table.strip().splitlines()[-1]
+        assert note.startswith(f"Fused kernels: {calls} calls of ") and "majority" in note
+
+
+def test_fused_modules_are_listed_kept_and_noted_without_a_compile(tmp_path):
+    """A synthetic graph call (no compile): a kernel of 10 LayerNorm nodes and 1 node of
+    its Block, then an extern addmm of one module."""
+    from opscope.analysis.build import build_session
+    from opscope.analysis.function_events import function_events
+    from opscope.model.modules import ModuleInfo
+    from opscope.model.records import (NO_INPUTS, SCOPE_FUNCTION, SCOPE_USER, RawSession,
+                                       records_from_rows)
+
+    kernel = "graph_0_cpp_fused_native_layer_norm_relu_0"
+    call = f"{CALL} fabc ##"
+    rows = [(0, 100_000, -1, 0, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+            (10_000, 90_000, -1, 1, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+            (20_000, 40_000, -1, 2, 0, 0, 1, NO_INPUTS, SCOPE_USER, 0, 0),
+            (50_000, 70_000, -1, 3, 0, 0, 1, NO_INPUTS, SCOPE_FUNCTION, 0, 0)]
+    ln = (("", "Net"), ("0", "Block"), ("0.ln", "LayerNorm"))
+    sites = [(kernel, ((1, ln[:2]), (10, ln)), ()),
+             ("aten::addmm", ((3, ln[:2] + (("0.fc2", "Linear"),)),), ())]
+    raw = RawSession(records_from_rows(rows), [], [1], ["Net", call, kernel, "aten::addmm"],
+                     0, 100_000, 0, modules={"Net": ModuleInfo.for_module("", "Net", "Net")},
+                     compiled_sites={call: [sites]})
+    session = build_session(raw, options={"with_modules": True})
+    expected = ["0.ln (LayerNorm) x10", "0 (Block) x1"]  # most nodes first
+    events = {e.name: e for e in function_events(session)}
+    assert events[kernel].fused_modules == expected
+    assert events[kernel].module_hierarchy == "Net.0.ln"  # the majority rule's module
+    assert all(not e.fused_modules for name, e in events.items() if name != kernel)
+    profile = opscope.load(build_and_export(session, tmp_path / "t.json"))
+    with open(tmp_path / "t.json") as f:
+        written = [e["args"]["Fused Modules"] for e in json.load(f)["traceEvents"]
+                   if "Fused Modules" in e.get("args", {})]
+    assert written == ["0.ln (LayerNorm) x10; 0 (Block) x1"]
+    assert [e.fused_modules for e in profile.events() if e.fused_modules] == [expected]
+    assert profile.module_table().splitlines()[-1].startswith(
+        "Fused kernels: 1 call of 1 compiled kernel ran FX nodes of several modules")
+    from opscope.report.modules import module_view
+
+    assert module_view(session)["fused_note"].startswith("Fused kernels: 1 call of 1 ")
+    assert "Fused kernels" not in opscope.load(build_and_export(
+        build_session(RawSession(**{**raw.__dict__, "compiled_sites": None}),
+                      options={"with_modules": True}), tmp_path / "plain.json")).module_table()
+
+
+def build_and_export(session, path):
+    from opscope.export.chrome_trace import write_chrome_trace
+
+    return write_chrome_trace(session, str(path))
