@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CI_RUN = REPO / ".ci" / "run"
 DEMO_COMMAND = "pip install -c constraints.txt -e . && opscope demo"
-TEST_COMMAND = "pip install -c constraints.txt -e '.[test]' && python -m pytest -q"
+TEST_COMMAND = ("pip install -c constraints.txt -e '.[test]' && "
+                "python -m pytest -q -n auto --dist loadfile")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
