@@ -110,6 +110,14 @@ def test_dynamo_compiles_none_of_opscopes_module_hooks(windows):
         "forward", f"torch_dynamo_resume_in_forward_at_{BREAK_LINE}"}
 
 
+def test_modules_found_in_graphs_have_the_parameter_counts_eager_mode_gives(windows):
+    """The hooks never see the inner modules' calls (they run inside the graphs): their
+    parameter counts come from the compiled module, equal to the eager recording's."""
+    compiled, eager = windows[0].modules, windows[1].modules
+    for name in ("fc1 (Linear)", "fc2 (Linear)"):
+        assert compiled[name].parameters == eager[name].parameters == 16 * 16 + 16, name
+
+
 def test_backward_graphs_run_for_their_forwards_frame(windows):
     frames = _frames_by_name(windows[0])
     graphs = graph_rows(windows[0])

@@ -259,8 +259,9 @@ def _call_ranges(raw: RawSession, call: _Call, modules: Dict[str, ModuleInfo],
         chain = list(context) if call.backward else []
         for path, cls in _site_modules(site):
             full = f"{prefix}.{path}" if prefix else path
-            info = modules.setdefault(f"{full} ({cls})",
-                                      ModuleInfo.for_module(full, cls, root_class))
+            name = f"{full} ({cls})"
+            info = modules.setdefault(name, ModuleInfo.for_module(
+                full, cls, root_class, raw.compiled_module_params.get(name, 0)))
             chain.append(info.name)
         counts = _fused_counts(site, prefix, context[-1] if context else root_class)
         if counts:

@@ -97,6 +97,10 @@ class ModuleRanges:
         # (module, parameter count): holding the objects keeps their ids unique.
         self._paths: Dict[int, Tuple[Any, Dict[int, str]]] = {}
         self._params: Dict[int, Tuple[Any, int]] = {}
+        # a torch.compile'd module's inner modules (their calls run inside its graphs, where
+        # no hook records them): range name -> parameter count (compiled_module_params)
+        self._inner_params: Dict[str, int] = {}
+        self._roots_seen: Dict[int, Any] = {}
 
     # -- install / uninstall ------------------------------------------------
     def install(self) -> None:
@@ -121,6 +125,7 @@ class ModuleRanges:
             warnings._filters_mutated()  # type: ignore[attr-defined]
         self._paths.clear()
         self._params.clear()
+        self._roots_seen.clear()
 
     # -- results ------------------------------------------------------------
     def modules(self) -> Dict[str, ModuleInfo]:
@@ -146,11 +151,14 @@ class ModuleRanges:
         stack = self._stack()
         if stack and _compiled_original(stack[-1].module) is module:
             return  # the compiled module's own module: its range is already open
-        info = self._info(_compiled_original(module) or module, stack)
+        original = _compiled_original(module)
+        info = self._info(original or module, stack)
         call = ModuleCall(info.name, threading.get_native_id(), _sequence_nr())
         with self._lock:
             self._modules.setdefault(info.name, info)
             self._calls.append(call)
+        if original is not None and self._roots_seen.get(id(original)) is not original:
+            self._note_inner_modules(original, info)
         handle = self._collector.range_push(info.name)
         stack.append(_Frame(module, info, handle, call))
 
@@ -185,6 +193,24 @@ class ModuleRanges:
             path = f"{caller}.{class_name}" if caller else class_name
         return ModuleInfo.for_module(path, class_name, stack[0].info.class_name,
                                      self._param_count(module))
+
+    def _note_inner_modules(self, root, info: ModuleInfo) -> None:
+        """Parameter counts of a compiled module's inner modules, named as
+        ``analysis.compiled_modules`` names their ranges (once per module object)."""
+        self._roots_seen[id(root)] = root
+        counts = {}
+        for path, sub in root.named_modules():
+            if path:
+                full = f"{info.path}.{path}" if info.path else path
+                counts[ModuleInfo.for_module(full, type(sub).__name__, "").name] = \
+                    self._param_count(sub)
+        with self._lock:
+            self._inner_params.update(counts)
+
+    def compiled_module_params(self) -> Dict[str, int]:
+        """Range name -> parameters of each inner module of a compiled module called."""
+        with self._lock:
+            return dict(self._inner_params)
 
     def _param_count(self, module) -> int:
         entry = self._params.get(id(module))

@@ -86,7 +86,8 @@ class ModuleProbe(_HooksProbe):
         return ModuleRanges(self._collector)
 
     def _fields(self, ranges: Any) -> Dict[str, Any]:
-        return {"modules": ranges.modules(), "module_calls": ranges.calls()}
+        return {"modules": ranges.modules(), "module_calls": ranges.calls(),
+                "compiled_module_params": ranges.compiled_module_params()}
 
 
 def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
