@@ -38,7 +38,12 @@ def terminate_when(marker: Path, proc: subprocess.Popen, before=None) -> str:
             before()
         wait_for(marker, proc, timeout=120)
         os.kill(proc.pid, signal.SIGTERM)
-        return proc.communicate(timeout=120)[1]
+        try:
+            return proc.communicate(timeout=120)[1]
+        except subprocess.TimeoutExpired:  # a hang: its threads' stacks (PYTHONFAULTHANDLER)
+            os.kill(proc.pid, signal.SIGABRT)
+            err = proc.communicate(timeout=30)[1]
+            raise AssertionError(f"no exit 120 s after SIGTERM; its threads:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

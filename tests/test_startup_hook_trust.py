@@ -122,7 +122,7 @@ def test_sigterm_writes_the_window_marked_partial_then_ends_as_sigterm(tmp_path,
     for attempt in range(3):  # every time, not one run of two
         run = tmp_path / str(attempt)
         run.mkdir()
-        env = hooked_env(run, "1")
+        env = dict(hooked_env(run, "1"), PYTHONFAULTHANDLER="1")  # stacks if it hangs
         monkeypatch.setenv(control.CONTROL_DIR_ENV, env[control.CONTROL_DIR_ENV])
         code, answer, err = sigterm_while_recording(run, env)
         assert code == -signal.SIGTERM, err  # killed by SIGTERM, as without opscope
