@@ -41,7 +41,7 @@ SITE_LINE_PREFIX = 'globals().setdefault("%s", []).append(' % SITES_GLOBAL
 MAX_SITE_MODULES = 16  # module stacks noted per site (a fused kernel's distinct stacks)
 MAX_SITE_FRAMES = 16
 
-HOOKED = [False]  # set once Inductor's provenance hook notes sites (inductor_install)
+HOOKED = [False]  # set once every Inductor hook is in place (inductor_install)
 Site = Tuple[str, Tuple[Tuple[Tuple[str, str], ...], ...], Tuple[str, ...]]
 
 _lock = threading.Lock()
@@ -241,7 +241,7 @@ def compiled_sites(names: Sequence[str], name_ids: Any = ()
     recordings' names); None when it has none (never raises: a failure leaves the graphs
     at graph level). The records are looked at only when the name table has a call range."""
     if not HOOKED[0]:
-        return None  # no hook (an old torch said so once at Inductor's import): graph level
+        return None  # a hook missing (an old torch: said once, at compile_fx's import)
     call_ids = [i for i, name in enumerate(names) if name.startswith(COMPILED_CALL_PREFIX)]
     if not call_ids:
         return None
