@@ -76,16 +76,26 @@ def assert_usage_error(result: subprocess.CompletedProcess, *words: str) -> None
 
 # -- run ------------------------------------------------------------------------------
 
-def test_run_prints_table_and_writes_trace(tmp_path):
-    write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--row-limit", "50", "train.py", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    """``opscope run -o out --row-limit 50 train.py``, no schedule and no record flags, run
+    once for the tests that read it: (its CompletedProcess, its folder). Read it, never
+    write into it."""
+    folder = tmp_path_factory.mktemp("plain_run")
+    write_script(folder, "train.py", TRAIN_SCRIPT)
+    result = opscope_cli("run", "-o", "out", "--row-limit", "50", "train.py", cwd=folder)
+    return result, folder
+
+
+def test_run_prints_table_and_writes_trace(plain_run):
+    result, folder = plain_run
     assert result.returncode == 0, result.stderr
     names = table_names(result.stdout)
     assert "aten::addmm" in names
-    trace = tmp_path / "out" / "train.pt.trace.json"
+    trace = folder / "out" / "train.pt.trace.json"
     assert "aten::addmm" in trace_names(trace)
     assert os.path.join("out", "train.pt.trace.json") in result.stderr
-    assert sorted(os.listdir(tmp_path / "out")) == ["train.pt.trace.json"]
+    assert sorted(os.listdir(folder / "out")) == ["train.pt.trace.json"]
 
 
 @pytest.mark.parametrize("launch", [[], ["--nproc-per-node", "2"]], ids=["run", "nproc"])
@@ -203,7 +213,7 @@ def test_run_schedule_never_reaching_a_window_says_so(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
-def test_run_record_flags_reach_the_profiler(tmp_path):
+def test_run_record_flags_reach_the_profiler(tmp_path, plain_run):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
     flags = {"--record-shapes": "record_shapes", "--memory": "profile_memory",
              "--stack": "with_stack", "--flops": "with_flops", "--modules": "with_modules"}
@@ -216,8 +226,9 @@ def test_run_record_flags_reach_the_profiler(tmp_path):
     assert addmm and "Input Dims" in addmm[0]["args"]
     assert "Self CPU Mem" in result.stdout
 
-    result = opscope_cli("run", "-o", "off", "train.py", cwd=tmp_path)
-    with open(tmp_path / "off" / "train.pt.trace.json") as f:
+    result, folder = plain_run  # the same script without the flags
+    assert result.returncode == 0, result.stderr
+    with open(folder / "out" / "train.pt.trace.json") as f:
         doc = json.load(f)
     assert not any(option in doc for option in flags.values())
     assert "Self CPU Mem" not in result.stdout
