@@ -54,10 +54,20 @@ def table_rows(stdout: str) -> list:
 
 # -- item 4: a schedule ending between two windows -------------------------------------
 
-def test_run_ending_between_windows_prints_the_last_complete_window(tmp_path):
+@pytest.fixture(scope="module")
+def run_ending_between_windows(tmp_path_factory):
+    """``opscope run --schedule 1,1,3 train.py 6``, run once for the tests that read it:
+    steps 2-4 are recorded, and a second cycle begins (step 6 warms up when the script
+    ends). Its CompletedProcess; its folder is not to be written into."""
+    folder = tmp_path_factory.mktemp("between_windows")
+    write(folder, "train.py", TRAIN)
+    return cli("run", "-o", "out", "--schedule", "1,1,3", "train.py", "6", cwd=folder)
+
+
+def test_run_ending_between_windows_prints_the_last_complete_window(
+        run_ending_between_windows):
     """1,1,3 over 6 steps: steps 2-4 are recorded, step 6 warms up when the script ends."""
-    write(tmp_path, "train.py", TRAIN)
-    result = cli("run", "-o", "out", "--schedule", "1,1,3", "train.py", "6", cwd=tmp_path)
+    result = run_ending_between_windows
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "opscope: table of steps 2-4 (complete window)"
     rows = table_rows(result.stdout)
@@ -296,9 +306,9 @@ def test_a_new_cycle_warns_as_torch_does_and_acc_events_keeps_every_cycle(monkey
     assert {row.key: row.count for row in prof.key_averages()}["aten::linear"] == 2
 
 
-def test_run_with_a_schedule_does_not_print_the_cycle_warning(tmp_path):
-    write(tmp_path, "train.py", TRAIN)
-    result = cli("run", "-o", "out", "--schedule", "0,1,1", "train.py", "6", cwd=tmp_path)
+def test_run_with_a_schedule_does_not_print_the_cycle_warning(run_ending_between_windows):
+    """The run's second cycle warms up after a window was recorded: where torch warns."""
+    result = run_ending_between_windows
     assert result.returncode == 0, result.stderr
     assert "acc_events" not in result.stderr
 
