@@ -454,6 +454,7 @@ import contextlib, io, sys
 from opscope.cli.main import VERBS, main
 argvs = [["--help"]] + [[v.__name__.rsplit(".", 1)[1], "--help"] for v in VERBS]
 argvs.append(["trigger", "999999999"])
+argvs.append(["run", "-o", "README.md/sub", "bench/common.py"])  # a bad -o: one line, no torch
 for argv in argvs:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:

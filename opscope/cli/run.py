@@ -128,9 +128,9 @@ def main(args: argparse.Namespace) -> int:
 
 def profile_script(args: argparse.Namespace) -> int:
     """Run the script in this process under the profiler; its exit status."""
+    folder = prepare_output_dir(args.output_dir)  # a bad -o is one line before torch loads
     from opscope.cli.step_hook import after_optimizer_steps
 
-    folder = prepare_output_dir(args.output_dir)
     set_job_folder(folder)  # where an on-demand job trigger writes (never where the store says)
     rank = worker_rank()
     who = "opscope: " if rank is None else f"opscope: rank {rank}: "
