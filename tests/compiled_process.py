@@ -81,7 +81,9 @@ def _profile(mode: str) -> dict:
     kernels = sorted({(e.name, e.module_hierarchy) for e in prof.events()
                       if ("cpp_fused" in e.name or e.name in ("aten::addmm", "aten::mm"))
                       and _in_a_graph(e)})
-    return {"kernels": kernels, "cache_hits": counters["inductor"]["fxgraph_cache_hit"]}
+    frames = json.loads(prof.session.metadata.get("opscopeCompiledFrames", "{}"))
+    return {"kernels": kernels, "cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+            "frames": sorted({entry["name"] for entry in frames.values()})}
 
 
 if __name__ == "__main__":

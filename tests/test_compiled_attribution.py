@@ -184,6 +184,7 @@ def test_a_torch_lacking_a_hook_says_so_once_and_stays_at_graph_level(compiled_p
     assert "'## Call CompiledFxGraph' range" in line and "graph level" in line, line
     assert {h for _, h in seen["kernels"]} <= {"Sequential", ""}, seen
     assert any("cpp_fused" in name for name, _ in seen["kernels"]), seen  # still ops
+    assert seen["frames"], seen  # Dynamo's compiles are kept all the same
 
 
 # The schema is spelled out: torch 2.4's inference reads no string annotations (this file's

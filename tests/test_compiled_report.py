@@ -22,6 +22,7 @@ import torch
 
 import opscope
 from opscope.analysis.compiled_frames import frame_rows
+from opscope.collect.inductor_install import HOOKS, missing_hooks
 from opscope.analysis.compiled_graphs import graph_rows
 from opscope.model.torch_names import COMPILED_FRAMES_KEY
 from opscope.report.data import report_data
@@ -78,6 +79,18 @@ def windows(tmp_path_factory):
     patch.undo()
 
 
+def _skip_without(*hooks):
+    """Skip where this torch's Inductor lacks one of ``hooks`` (keys of HOOKS); its Dynamo
+    frames are still read (torch 2.8: no call range, so no graph rows)."""
+    missing = [HOOKS[h] for h in hooks if HOOKS[h] in missing_hooks()]
+    if missing:
+        pytest.skip(f"torch {torch.__version__}'s Inductor lacks {', '.join(missing)}")
+
+
+def _graph_calls_recorded():
+    return HOOKS["call_range"] not in missing_hooks()
+
+
 def _frames_by_name(session):
     return {f.code.split(" (")[0]: f for f in frame_rows(session)}
 
@@ -90,7 +103,8 @@ def test_each_dynamo_frame_has_its_runs_guards_graphs_and_code(windows):
     for frame in (forward, resume):
         assert frame.calls == 2, frame  # one run per step
         assert frame.guard_calls == 2, frame  # one cache lookup before each run
-        assert frame.graphs == 2, frame  # its forward graph and its backward graph
+        # its forward graph and its backward graph, where torch opens their call ranges
+        assert frame.graphs == (2 if _graph_calls_recorded() else 0), frame
     assert len(forward.compile_ids) == 1 and forward.compile_ids[0].endswith("/1"), forward
     assert forward.compiles == 2 and forward.recompiles == 1
     assert any("k" in reason for reason in forward.recompile_reasons), forward
@@ -113,12 +127,14 @@ def test_dynamo_compiles_none_of_opscopes_module_hooks(windows):
 def test_modules_found_in_graphs_have_the_parameter_counts_eager_mode_gives(windows):
     """The hooks never see the inner modules' calls (they run inside the graphs): their
     parameter counts come from the compiled module, equal to the eager recording's."""
+    _skip_without(*HOOKS)
     compiled, eager = windows[0].modules, windows[1].modules
     for name in ("fc1 (Linear)", "fc2 (Linear)"):
         assert compiled[name].parameters == eager[name].parameters == 16 * 16 + 16, name
 
 
 def test_backward_graphs_run_for_their_forwards_frame(windows):
+    _skip_without("call_range")
     frames = _frames_by_name(windows[0])
     graphs = graph_rows(windows[0])
     assert sorted(g.direction for g in graphs) == ["backward"] * 2 + ["forward"] * 2

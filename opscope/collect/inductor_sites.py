@@ -34,7 +34,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.model.torch_names import COMPILED_CALL_PREFIX, compiled_graph_key
+from opscope.model.torch_names import (COMPILED_CALL_PREFIX, COMPILED_FRAME_PREFIX,
+                                       compiled_graph_key)
 
 SITES_GLOBAL = "_opscope_sites_v2"  # the version: a newer format is a new name
 SITE_LINE_PREFIX = 'globals().setdefault("%s", []).append(' % SITES_GLOBAL
@@ -253,6 +254,21 @@ def compiled_sites(names: Sequence[str], name_ids: Any = ()
         return sites_for(calls)
     except Exception:  # noqa: BLE001  (what was recorded is kept, at graph level)
         return None
+
+
+def compiled_code_ran(names: Sequence[str], name_ids: Any) -> bool:
+    """Whether a recording's records (``name_ids``) include a Dynamo frame's region or a
+    compiled graph's call: then Dynamo's compiles and breaks are worth keeping, on a torch
+    whose graphs stay at graph level too.
+
+    >>> compiled_code_ran(["aten::mm", "Torch-Compiled Region: 0/0"], [0, 1])
+    True
+    >>> compiled_code_ran(["aten::mm", "Torch-Compiled Region: 0/0"], [0])
+    False
+    """
+    ids = [i for i, name in enumerate(names)
+           if name.startswith((COMPILED_FRAME_PREFIX, COMPILED_CALL_PREFIX))]
+    return bool(ids) and bool(np.isin(np.asarray(name_ids), ids).any())
 
 
 def graph_breaks_so_far(limit: int = 100) -> Dict[str, int]:

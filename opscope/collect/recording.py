@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
 from opscope.collect.flight_recorder import flight_recorder_rows
-from opscope.collect.inductor_sites import (compiled_frames_so_far, compiled_sites,
-                                            graph_breaks_so_far)
+from opscope.collect.inductor_sites import (compiled_code_ran, compiled_frames_so_far,
+                                            compiled_sites, graph_breaks_so_far)
 from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
@@ -154,10 +154,12 @@ class Recording:
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
         extra.update(probe_fields)
         extra["compiled_sites"] = compiled_sites(raw.names, raw.records["name_id"])
-        breaks = graph_breaks_so_far() if extra["compiled_sites"] is not None else None
+        ran = extra["compiled_sites"] is not None or compiled_code_ran(
+            raw.names, raw.records["name_id"])  # graph level too (a torch lacking a hook)
+        breaks = graph_breaks_so_far() if ran else None
         if breaks:
             metadata[GRAPH_BREAKS_KEY] = json.dumps(breaks)
-        frames = compiled_frames_so_far() if extra["compiled_sites"] is not None else None
+        frames = compiled_frames_so_far() if ran else None
         if frames:
             metadata[COMPILED_FRAMES_KEY] = json.dumps(frames)
         return dataclasses.replace(raw, **extra)
