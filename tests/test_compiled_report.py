@@ -91,11 +91,24 @@ def _graph_calls_recorded():
     return HOOKS["call_range"] not in missing_hooks()
 
 
+def _frames_told_apart(session):
+    """False where Dynamo's ``Torch-Compiled Region`` ranges name no compile id (torch 2.4):
+    then all its frames are one row."""
+    return [f.frame for f in frame_rows(session)] != [""]
+
+
+def _skip_unless_frames_told_apart(session):
+    if not _frames_told_apart(session):
+        pytest.skip(f"torch {torch.__version__}'s Torch-Compiled Region ranges name no "
+                    "compile id: Dynamo's frames are not told apart")
+
+
 def _frames_by_name(session):
     return {f.code.split(" (")[0]: f for f in frame_rows(session)}
 
 
 def test_each_dynamo_frame_has_its_runs_guards_graphs_and_code(windows):
+    _skip_unless_frames_told_apart(windows[0])
     frames = _frames_by_name(windows[0])
     forward = frames["forward"]
     resume = frames[f"torch_dynamo_resume_in_forward_at_{BREAK_LINE}"]
@@ -120,8 +133,9 @@ def test_dynamo_compiles_none_of_opscopes_module_hooks(windows):
     kept = json.loads(windows[0].metadata[COMPILED_FRAMES_KEY])
     package = os.path.dirname(opscope.__file__)
     assert kept and not [e for e in kept.values() if (e["file"] or "").startswith(package)]
-    assert {f.code.split(" (")[0] for f in frame_rows(windows[0])} == {
-        "forward", f"torch_dynamo_resume_in_forward_at_{BREAK_LINE}"}
+    if _frames_told_apart(windows[0]):
+        assert {f.code.split(" (")[0] for f in frame_rows(windows[0])} == {
+            "forward", f"torch_dynamo_resume_in_forward_at_{BREAK_LINE}"}
 
 
 def test_modules_found_in_graphs_have_the_parameter_counts_eager_mode_gives(windows):
@@ -209,9 +223,10 @@ def test_the_report_has_a_compiled_view_only_for_a_compiled_recording(windows):
     assert [f["frame"] for f in data["frames"]] == [f.frame for f in frame_rows(windows[0])]
     assert {g["key"] for g in data["graphs"]} == {g.key for g in graph_rows(windows[0])}
     assert data["totals"]["guard_calls"] == sum(f["guard_calls"] for f in data["frames"]) >= 4
-    assert data["totals"]["recompiles"] >= 1
-    assert any("graph break at" in note for f in data["frames"] for note in f["notes"])
     assert report_data(windows[1])["compiled"] is None
+    if _frames_told_apart(windows[0]):  # recompiles and breaks are counted per frame
+        assert data["totals"]["recompiles"] >= 1
+        assert any("graph break at" in note for f in data["frames"] for note in f["notes"])
 
 
 def test_the_compiled_view_renders_in_a_browser(windows, browser, artifacts,  # noqa: F811
@@ -228,7 +243,8 @@ def test_the_compiled_view_renders_in_a_browser(windows, browser, artifacts,  # 
     expected = frame_rows(windows[0])
     assert [(f, code, int(calls), int(guards)) for f, code, calls, guards in frames] == \
         [(f.frame, f.code, f.calls, f.guard_calls) for f in expected]
-    assert len(page.rows("#compiled-graphs tbody tr", [0])) == 4
+    assert len(page.rows("#compiled-graphs tbody tr", [0])) == (
+        4 if _graph_calls_recorded() else 0)
     assert "opscope.dynamo.Profiler" in page.js(
         "document.getElementById('compiled-see-also').textContent")
     page.check_clean()
@@ -240,6 +256,7 @@ def test_the_compiled_view_renders_in_a_browser(windows, browser, artifacts,  # 
 
 
 def test_table_by_graph_prints_the_frames_and_the_break(windows, capsys):
+    _skip_unless_frames_told_apart(windows[0])
     status, out, err = run_cli(capsys, "table", str(windows[2] / "compiled.json"),
                                "--group-by", "graph")
     assert status == 0, err

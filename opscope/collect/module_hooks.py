@@ -234,17 +234,35 @@ def skip_dynamo_frames() -> None:
     compiled each hook into a frame with no graph (a ``TorchDynamo Cache Lookup`` on every
     call after that). The hooks' code is marked to run in the interpreter, callees too;
     inside a graph they are traced as before (and record nothing there: ``_is_compiling``).
-    A torch with ``skip_code`` only skips the hooks themselves; one without it keeps the
-    old behaviour. ``import opscope`` calls it once Dynamo is imported
-    (``opscope.collect.inductor_install``).
+    A torch with ``skip_code`` only (2.4, 2.8) skips one frame, not its callees: there every
+    function and method of this module is skipped (2.4 compiled ``_compiled_original``);
+    one without it keeps the old behaviour. ``import opscope`` calls it once Dynamo is
+    imported (``opscope.collect.inductor_install``).
     """
     eval_frame = sys.modules.get(DYNAMO_EVAL_FRAME)
     strategy = getattr(eval_frame, "FrameExecStrategy", None)
     action = getattr(eval_frame, "FrameAction", None)
     skip = getattr(eval_frame, "skip_code", None)
-    for hook in (ModuleRanges._pre_hook, ModuleRanges._post_hook):
-        if strategy is not None and hasattr(action, "SKIP"):
+    if strategy is not None and hasattr(action, "SKIP"):
+        for hook in (ModuleRanges._pre_hook, ModuleRanges._post_hook):
             eval_frame.set_code_exec_strategy(hook.__code__,
                                               strategy(action.SKIP, action.SKIP))
-        elif skip is not None:
-            skip(hook.__code__)
+    elif skip is not None:
+        for code in _own_code():
+            skip(code)
+
+
+def _own_code() -> List[Any]:
+    """The code of each function and method defined in this module (what the hooks call).
+
+    >>> ModuleRanges._pre_hook.__code__ in _own_code()
+    True
+    """
+    functions = []
+    for value in list(globals().values()):
+        if isinstance(value, type) and value.__module__ == __name__:
+            functions.extend(vars(value).values())
+        else:
+            functions.append(value)
+    return [f.__code__ for f in functions
+            if getattr(f, "__module__", None) == __name__ and hasattr(f, "__code__")]
