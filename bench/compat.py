@@ -1,10 +1,14 @@
-"""The version matrix: run opscope's fidelity, stack, API and execution-trace tests on each
-supported (torch, Python) pair, each in its own virtualenv, and write COMPAT.md.
+"""The version matrix: run opscope's fidelity, stack, API, execution-trace and compiled-graph
+tests on each supported (torch, Python) pair, each in its own virtualenv, and write COMPAT.md.
 
 Torch wheels other than the local 2.13 CPU build come from the package registry as CUDA builds
 of a few GB; they run on the CPU. A machine-wide pip constraints file may cap torch, so the
 matrix's own installs run with ``PIP_CONSTRAINT`` pointing at an empty file. Interpreters
-come from pyenv (``pyenv versions``) or ``--python VERSION=PATH``.
+come from pyenv (``pyenv versions``) or ``--python VERSION=PATH``. The compiled-graph tests
+need a C++ compiler for Inductor (g++); without one they skip, and the row says so.
+
+COMPAT.md keeps the rows of pairs not rerun (each with the date it ran) and any text below
+the table, so notes written by hand there survive a rerun.
 
 Usage::
 
@@ -46,8 +50,15 @@ TEST_FILES = (
     # execution trace and saved torch traces
     "tests/test_execution_trace.py", "tests/test_et_versions.py",
     "tests/test_torch_traces_by_version.py", "tests/test_trace_loader.py",
+    # torch.compile'd graphs: kernels as ops, their modules and source lines, Dynamo's frames
+    "tests/test_compiled_attribution.py", "tests/test_compiled_report.py",
 )
-TEST_DEPS = ("numpy", "pytest", "ninja", "hypothesis", "psutil", "pandas")
+# pip names; a venv that lacks one of them gets it (playwright uses the system chromium;
+# duckdb and pyarrow read stores)
+TEST_DEPS = ("numpy", "pytest", "ninja", "hypothesis", "psutil", "pandas", "playwright",
+             "duckdb", "pyarrow")
+COLUMNS = ("torch", "python", "result", "passed", "failed", "skipped", "notes", "date",
+           "reproduce")
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)")
 
 
@@ -69,18 +80,26 @@ def venv_for(root: Path, torch_version: str, python_version: str) -> Path:
 
 
 def ensure_venv(venv: Path, python: Path, torch_version: str) -> Tuple[bool, str]:
-    """Create ``venv`` with torch and the test deps unless it already imports torch."""
+    """Create ``venv`` with torch and the test deps unless it already imports torch; add the
+    test deps that an existing venv lacks."""
     exe = venv / "bin" / "python"
     probe = [str(exe), "-c", f"import torch; assert torch.__version__.split('+')[0] == "
                              f"{torch_version!r}"]
-    if exe.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return True, "reused"
-    subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
     empty = Path(tempfile.mkdtemp()) / "no-constraints.txt"
     empty.write_text("")
     env = dict(os.environ, PIP_CONSTRAINT=str(empty))
-    proc = subprocess.run([str(exe), "-m", "pip", "install", "-q", f"torch=={torch_version}",
-                           *TEST_DEPS], env=env, capture_output=True, text=True)
+    if exe.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        have = subprocess.run([str(exe), "-m", "pip", "list", "--format=freeze"],
+                              capture_output=True, text=True).stdout.lower()
+        lacking = [d for d in TEST_DEPS if f"{d.lower()}==" not in have]
+        if not lacking:
+            return True, "reused"
+        install = [f"torch=={torch_version}", *lacking]  # torch pinned: never replaced
+    else:
+        subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
+        install = [f"torch=={torch_version}", *TEST_DEPS]
+    proc = subprocess.run([str(exe), "-m", "pip", "install", "-q", *install], env=env,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         return False, "pip: " + (proc.stderr.strip().splitlines() or ["failed"])[-1]
     return True, "installed"
@@ -110,36 +129,56 @@ def reproduce_command(torch_version: str, python_version: str) -> str:
     return f"python bench/compat.py --pairs {torch_version}/{python_version}"
 
 
-def write_compat(rows: List[Dict[str, str]], path: Path) -> None:
+def write_compat(rows: List[Dict[str, str]], path: Path, notes: str = "") -> None:
+    """COMPAT.md: the header, the table, then ``notes`` (text kept from below the table)."""
     lines = [
         "# Compatibility matrix",
         "",
-        f"Written by `bench/compat.py` on {datetime.date.today().isoformat()}, on "
-        f"{platform.machine()} Linux ({os.cpu_count()} cores), CPU only. Each row runs "
+        f"Written by `bench/compat.py`, on {platform.machine()} Linux ({os.cpu_count()} "
+        f"cores), CPU only; each row on the date it gives. Each row runs "
         f"{', '.join('`' + Path(f).name + '`' for f in TEST_FILES)} in a virtualenv with "
-        "that torch and Python. Torch builds other than 2.13.0 are the registry's CUDA "
-        "builds, run on the CPU.",
+        "that torch and Python (rows run before a file joined the list did not run it). "
+        "Torch builds other than 2.13.0 are the registry's CUDA builds, run on the CPU.",
         "",
-        "| torch | Python | result | passed | failed | skipped | notes | reproduce |",
-        "|---|---|---|---|---|---|---|---|",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
     ]
     for row in rows:
-        lines.append(f"| {row['torch']} | {row['python']} | {row['result']} | {row['passed']} "
-                     f"| {row['failed']} | {row['skipped']} | {row['notes']} "
-                     f"| `{row['reproduce']}` |")
-    path.write_text("\n".join(lines) + "\n")
+        lines.append("| " + " | ".join(f"`{row[c]}`" if c == "reproduce" else row[c]
+                                        for c in COLUMNS) + " |")
+    text = "\n".join(lines) + "\n" + ("\n" + notes.strip("\n") + "\n" if notes.strip() else "")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_compat(path: Path) -> Tuple[Dict[Tuple[str, str], Dict[str, str]], str]:
+    """The rows already in COMPAT.md by (torch, Python), and the text below its table. A row
+    written before the date column takes the date its header gave."""
+    rows: Dict[Tuple[str, str], Dict[str, str]] = {}
+    if not path.exists():
+        return rows, ""
+    text = path.read_text()
+    written = re.search(r"on (\d{4}-\d{2}-\d{2})", text.split("\n|", 1)[0])
+    lines = text.splitlines()
+    table = [i for i, line in enumerate(lines) if line.startswith("|")][:1]
+    while table and table[-1] + 1 < len(lines) and lines[table[-1] + 1].startswith("|"):
+        table.append(table[-1] + 1)  # the first table only: notes may hold tables of their own
+    for line in (lines[i] for i in table):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8:  # before the date column
+            cells = cells[:7] + [written.group(1) if written else "-"] + cells[7:]
+        if len(cells) == len(COLUMNS) and re.match(r"\d+\.\d+", cells[0]):
+            row = dict(zip(COLUMNS, cells))
+            row["reproduce"] = row["reproduce"].strip("`")
+            rows[(row["torch"], row["python"])] = row
+    notes = "\n".join(lines[table[-1] + 1:]) if table else ""
+    return rows, notes
 
 
 def merge_rows(path: Path, new: List[Dict[str, str]]) -> List[Dict[str, str]]:
     """Rows already in COMPAT.md for other pairs, plus the new ones, in DEFAULT_PAIRS order."""
-    keep: Dict[Tuple[str, str], Dict[str, str]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 8 and re.match(r"\d+\.\d+", cells[0]):
-                keep[(cells[0], cells[1])] = dict(zip(
-                    ("torch", "python", "result", "passed", "failed", "skipped", "notes",
-                     "reproduce"), cells[:7] + [cells[7].strip("`")]))
+    keep = read_compat(path)[0]
     for row in new:
         keep[(row["torch"], row["python"])] = row
     order = {tuple(p.split("/")): i for i, p in enumerate(DEFAULT_PAIRS)}
@@ -156,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="folder of the per-pair virtualenvs (reused between runs)")
     parser.add_argument("--python", action="append", default=[], metavar="VER=PATH",
                         help="interpreter for a Python version, e.g. 3.13=/usr/bin/python3.13")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pair")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per pair")
     parser.add_argument("--output", type=Path, default=REPO / "COMPAT.md")
     parser.add_argument("--list", action="store_true", help="print the pairs and exit")
     args = parser.parse_args(argv)
@@ -176,6 +215,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if ok:
             print(f"compat: {pair}: running tests", file=sys.stderr, flush=True)
             counts, notes, status = run_tests(venv, args.timeout)
+            if not (shutil.which("g++") or shutil.which("c++")):
+                notes = "; ".join(n for n in (notes, "no C++ compiler: Inductor tests skip") if n)
         passed = status == 0 and counts.get("passed", 0) > 0
         rows.append({"torch": torch_version, "python": python_version,
                      "result": "pass" if passed else "FAIL",
@@ -183,11 +224,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                      "failed": str(counts.get("failed", 0) + counts.get("error", 0)),
                      "skipped": str(counts.get("skipped", 0)),
                      "notes": notes.replace("|", "/") or "-",
+                     "date": datetime.date.today().isoformat(),
                      "reproduce": reproduce_command(torch_version, python_version)})
         print(f"compat: {pair}: {rows[-1]['result']} {counts}", file=sys.stderr, flush=True)
     if args.list:
         return 0
-    write_compat(merge_rows(args.output, rows), args.output)
+    write_compat(merge_rows(args.output, rows), args.output, read_compat(args.output)[1])
     print(f"compat: wrote {args.output}", file=sys.stderr)
     return 0 if all(r["result"] == "pass" for r in rows) else 1
 
