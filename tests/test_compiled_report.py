@@ -165,6 +165,26 @@ def test_the_recording_keeps_dynamos_compiles_in_its_metadata(windows):
                               "break_reasons"} for entry in kept.values())
 
 
+def test_the_compiles_kept_are_those_since_dynamos_last_reset(monkeypatch):
+    """torch._dynamo.reset() numbers frames from 0 again; an earlier numbering's frame 0
+    named the window's frame 0 (a test's fixture reset Dynamo after a torch.cond)."""
+    from types import SimpleNamespace
+
+    import torch._dynamo.utils as dynamo_utils
+    from opscope.collect.inductor_sites import compiled_frames_so_far
+
+    def metric(cid, name):
+        return SimpleNamespace(compile_id=cid, co_name=name, co_filename="m.py",
+                               co_firstlineno=1, guard_count=1)
+
+    metrics = [metric("0/0", "old"), metric("0/1", "old"), metric("1/0", "cond"),
+               metric("0/0", "forward"), metric("1/0", "resume")]
+    monkeypatch.setattr(dynamo_utils, "get_compilation_metrics", lambda: metrics)
+    kept = compiled_frames_so_far()
+    assert {cid: entry["name"] for cid, entry in kept.items()} == {"0/0": "forward",
+                                                                  "1/0": "resume"}
+
+
 def _synthetic():
     """Frame 0 (compile 0/1) runs a forward graph, its backward runs later; frame 1 (a
     resume function) is compiled inside the window; times in us on a fake clock."""

@@ -289,7 +289,10 @@ def compiled_frames_so_far(limit: int = 200) -> Dict[str, Dict[str, Any]]:
     """Dynamo's compiles so far in this process, from its compilation metrics (a bounded
     deque): compile id ("0/1") -> the frame's code (``name``, ``file``, ``line``), its
     ``guards``, the ``recompile_reason`` and the graph breaks it restarted at
-    (``break_reasons``); {} when Dynamo is not loaded or its metrics moved."""
+    (``break_reasons``); {} when Dynamo is not loaded or its metrics moved.
+
+    ``torch._dynamo.reset()`` numbers frames from 0 again but keeps the metrics: only the
+    compiles from the last ``0/0`` on are this numbering's."""
     import sys
 
     utils = sys.modules.get("torch._dynamo.utils")
@@ -299,6 +302,8 @@ def compiled_frames_so_far(limit: int = 200) -> Dict[str, Dict[str, Any]]:
             name = getattr(metric, "co_name", None)
             if not name or getattr(metric, "compile_id", None) is None:
                 continue  # an entry of the backward's or a runtime's compile: no frame
+            if str(metric.compile_id) == "0/0":
+                out.clear()  # the first compile after a reset (or of the process)
             reasons = getattr(metric, "restart_reasons", None) or ()
             out[str(metric.compile_id)[:100]] = {
                 "name": str(name)[:200], "file": str(metric.co_filename or "")[:500],
