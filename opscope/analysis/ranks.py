@@ -20,15 +20,10 @@ torch.distributed job (opscope's or torch.profiler's, see
   duration is waiting for the others. A rank's wait is wall time: collectives
   in flight at once (DDP's bucket all-reduces) wait together, so their waits
   are counted once, and a rank never waits longer than it ran.
-- **Stragglers.** At each collective the rank that arrived last is late by its
-  arrival minus the median arrival of the others, when that is at least
-  ``min_lateness_ms``, the collective's transfer time and 5% of the median
-  step time (of ranks with more than one step): smaller gaps are scheduling
-  noise, and would dilute the mean of a rank that is late by a lot. A rank
-  that sleeps S before each step's backward is late by about S at each
-  gradient allreduce. Stragglers are listed by total lateness, the latest
-  first. (The median of the others, not the second-to-last arrival: one
-  other slow rank then does not hide the straggler's lateness.)
+- **Stragglers** (``opscope.analysis.stragglers``): ranks late at the
+  collectives by well beyond the job's own noise, again and again; the
+  floor is ``min_lateness_ms`` and 5% of the median step time (of ranks with
+  more than one step). Listed by total lateness, the latest first.
 - **Desync.** The first (group, sequence number) where the ranks issued
   collectives of different kinds or sizes, or some ranks none.
 
@@ -61,6 +56,7 @@ from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.intervals import total, union
 from opscope.analysis.rank_checks import check_ranks
 from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
+from opscope.analysis.stragglers import Straggler, find_stragglers
 
 __all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
 
@@ -113,15 +109,6 @@ class RankSummary:
     overlap_ms: float
     collectives: int
     files: List[str] = field(default_factory=list)
-
-
-@dataclass
-class Straggler:
-    """A rank that arrived last at ``late_count`` collectives, by ``mean_lateness_ms``."""
-
-    rank: int
-    late_count: int
-    mean_lateness_ms: float
 
 
 @dataclass
@@ -204,21 +191,6 @@ def _first_desync(pg: str, seqs: List[int],
     return None
 
 
-def _stragglers(collectives: List[MatchedCollective], floor_ms: float) -> List[Straggler]:
-    late: Dict[int, List[float]] = {}
-    for c in collectives:
-        if len(c.ranks) < 2:
-            continue
-        last = max(c.ranks, key=lambda r: c.ranks[r].start_ms)
-        others = [a.start_ms for r, a in c.ranks.items() if r != last]
-        lateness = c.ranks[last].start_ms - statistics.median(others)
-        transfer = min(a.transfer_ms for a in c.ranks.values())
-        if lateness >= max(floor_ms, transfer):
-            late.setdefault(last, []).append(lateness)
-    found = [Straggler(r, len(v), round(sum(v) / len(v), 3)) for r, v in late.items()]
-    return sorted(found, key=lambda s: (-s.late_count * s.mean_lateness_ms, s.rank))
-
-
 def analyse_ranks(facts: Sequence[RankFacts], *,
                   min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> RanksAnalysis:
     """Match the ranks' collectives and find stragglers and the first desync.
@@ -254,5 +226,7 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     stepped = [r.mean_step_ms for r in ranks if r.steps > 1]
     floor = max(min_lateness_ms, STEP_FRACTION * statistics.median(stepped) if stepped else 0)
     found = {f.rank for f in facts}
-    return RanksAnalysis(world, ranks, collectives, _stragglers(collectives, floor), desync,
+    late = find_stragglers([{r: a.start_ms for r, a in c.ranks.items()} for c in collectives],
+                           floor_ms=floor)
+    return RanksAnalysis(world, ranks, collectives, late, desync,
                          [r for r in range(world) if r not in found])
