@@ -28,6 +28,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -248,14 +249,32 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
         session.process_id or None)
 
 
+def _path_facts(path: str, max_bytes: Optional[int],
+                visit: Optional[Callable[[int, str, ProfileSession], None]]
+                ) -> Optional[RankFacts]:
+    """The facts of one trace (None: it names no rank); ``visit`` sees its session."""
+    from opscope.analysis.build import load_session
+
+    session = load_session(path, max_bytes=max_bytes)
+    rank = session_rank(session, path)
+    if rank is None:
+        return None
+    facts = rank_facts(session, path, rank)
+    if visit is not None:
+        visit(rank, path, session)
+    return facts  # the session goes here (unless visit keeps it)
+
+
 def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *,
                max_bytes: Optional[int] = None,
-               visit: Optional[Callable[[int, str, ProfileSession], None]] = None
-               ) -> List[RankFacts]:
+               visit: Optional[Callable[[int, str, ProfileSession], None]] = None,
+               jobs: int = 1) -> List[RankFacts]:
     """The facts of each rank's traces in ``folder_or_paths``, by rank.
 
     Each trace is loaded once and dropped before the next one; ``visit(rank,
     path, session)``, when given, sees every rank's session while it is loaded.
+    Without ``visit``, ``jobs`` processes read the traces side by side
+    (``opscope.load.parallel``), each holding one trace at a time.
 
     Raises :class:`RankTraceError` when there is no trace or no trace names a
     rank, and :class:`opscope.load.TraceLoadError` naming a file that cannot
@@ -266,20 +285,14 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
     ...
     opscope.analysis.rank_checks.RankTraceError: no rank traces given
     """
-    from opscope.analysis.build import load_session
+    from opscope.load.parallel import map_in_processes
 
     paths = trace_paths(folder_or_paths)
     windows: Dict[int, List[RankFacts]] = {}
-    for path in paths:
-        session = load_session(path, max_bytes=max_bytes)
-        rank = session_rank(session, path)
-        if rank is None:
-            continue
-        facts = rank_facts(session, path, rank)
-        if visit is not None:
-            visit(rank, path, session)
-        del session  # one trace in memory at a time (unless visit keeps it)
-        windows.setdefault(rank, []).append(facts)
+    read = partial(_path_facts, max_bytes=max_bytes, visit=visit)
+    for facts in map_in_processes(read, paths, jobs if visit is None else 1):
+        if facts is not None:
+            windows.setdefault(facts.rank, []).append(facts)
     for facts_list in windows.values():  # a rank's windows in time order, as in a store
         facts_list.sort(key=lambda f: (f.start_ns is None, f.start_ns or 0))
     check_one_run([RunMark(r, f.paths[0], f.process_id, f.world_size)

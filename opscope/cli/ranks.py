@@ -25,7 +25,8 @@ import sys
 from typing import Optional
 
 from opscope.cli.errors import UsageError
-from opscope.cli.options import add_max_trace_size, add_memory_limit, parse_row_limit
+from opscope.cli.options import (add_max_trace_size, add_memory_limit, at_least_one,
+                                  parse_row_limit)
 from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 
@@ -59,19 +60,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         default=DEFAULT_MIN_LATENESS_MS,
                         help=f"smallest lateness that makes a rank a straggler at a "
                              f"collective (default: {DEFAULT_MIN_LATENESS_MS:g})")
+    parser.add_argument("--jobs", metavar="N", type=at_least_one("a number of processes"),
+                        help="processes reading traces side by side (default: the cores, "
+                             "at most 8); each holds one trace")
     add_max_trace_size(parser)
     add_memory_limit(parser)
     parser.set_defaults(handler=main)
 
 
-def load_job(folder: str, max_bytes=None):
-    """``load_ranks(folder)``; a missing folder or a bad trace is a one-line UsageError."""
+def load_job(folder: str, max_bytes=None, jobs: Optional[int] = None):
+    """``load_ranks(folder)`` in ``jobs`` processes (default: the cores); a missing folder
+    or a bad trace is a one-line UsageError."""
     from opscope.analysis.rank_traces import RankTraceError, load_ranks
     from opscope.load import TraceLoadError
+    from opscope.load.parallel import default_jobs
 
     try:
         with progress("loading rank traces"):
-            return load_ranks(folder, max_bytes=max_bytes)
+            return load_ranks(folder, max_bytes=max_bytes, jobs=jobs or default_jobs())
     except (RankTraceError, TraceLoadError) as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # a bad OPSCOPE_MAX_TRACE_BYTES
@@ -110,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
     if is_store(args.folder):
         facts = load_store_facts(args.folder, args.memory_limit, memory_budget(args))
     else:
-        facts = load_job(args.folder, args.max_trace_size)
+        facts = load_job(args.folder, args.max_trace_size, args.jobs)
     from opscope.analysis.rank_checks import RankTraceError
 
     try:

@@ -6,9 +6,10 @@ writes one trace where rank R is process R, named "rank R" and sorted by R.
 Each event keeps its thread and fields; its ``ts`` moves onto a common clock
 (the trace's ``baseTimeNanoseconds`` plus its ``opscopeClockOffsetNs``; the
 merged trace's ``baseTimeNanoseconds`` is the job's first event, at ts 0), and
-flow and async ids are made unique per rank. The traces are read twice, one
-at a time (first for their ranks and clocks, then to stream their events to
-the output), so memory holds one trace, never the job; the output is written
+flow and async ids are made unique per rank. The traces are read twice
+(first for their ranks and clocks, then to stream their events to the
+output), in as many processes as there are cores, each holding one trace at
+a time, so memory holds a few traces, never the job; the output is written
 atomically.
 
 Example::
@@ -31,12 +32,14 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from opscope.analysis.rank_checks import RunMark, check_one_run
 from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
 from opscope.export.atomic import atomic_text_writer
 from opscope.export.output_path import check_output_path
+from opscope.load.parallel import default_jobs, map_in_processes
 from opscope.load.trace_file import read_trace_document
 from opscope.load.trace_scan import OP_CATEGORIES
 from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY, MERGED_RANKS_KEY
@@ -98,16 +101,32 @@ def _process_metadata(rank: int) -> List[dict]:
              "args": {"sort_index": rank}}]
 
 
+def _events_text(f: _RankFile, origin: int, n_ranks: int, max_bytes: Optional[int]) -> str:
+    """The merged trace's text of one rank file's events (each after a ``,\\n``)."""
+    shift_us = (f.clock_ns - origin) / 1000
+    parts = []
+    for e in read_trace_document(f.path, max_bytes)["traceEvents"]:
+        moved = _event(e, f.rank, shift_us, n_ranks) if isinstance(e, dict) else None
+        if moved is not None:
+            parts.append(",\n" + json.dumps(moved))
+    return "".join(parts)
+
+
 def write_merged_trace(paths: Sequence[str], output: str, *,
-                       max_bytes: Optional[int] = None) -> List[int]:
+                       max_bytes: Optional[int] = None, jobs: Optional[int] = None) -> List[int]:
     """Merge the rank traces among ``paths`` into ``output``; return the ranks written.
+
+    ``jobs`` processes (default: the cores, ``opscope.load.parallel``) read the
+    traces side by side; the output is the same for any number.
 
     Raises :class:`RankTraceError` when no trace names a rank or the traces mix runs
     (``opscope.analysis.rank_checks.check_one_run``), and
     ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
     output = check_output_path("write_merged_trace", "output", output)
-    files = [f for f in (_scan(p, max_bytes) for p in paths) if f is not None]
+    jobs = default_jobs() if jobs is None else jobs
+    files = [f for f in map_in_processes(partial(_scan, max_bytes=max_bytes), list(paths), jobs)
+             if f is not None]
     if not files:
         raise RankTraceError("no trace names its rank (distributedInfo.rank in the trace, "
                              "or rank<R> in the file name)")
@@ -129,12 +148,9 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
             for event in _process_metadata(rank):
                 out.write(("" if first else ",\n") + json.dumps(event))
                 first = False
-        for f in files:
-            shift_us = (f.clock_ns - origin) / 1000
-            for e in read_trace_document(f.path, max_bytes)["traceEvents"]:
-                moved = _event(e, f.rank, shift_us, n_ranks) if isinstance(e, dict) else None
-                if moved is not None:
-                    out.write(",\n" + json.dumps(moved))
+        texts = partial(_events_text, origin=origin, n_ranks=n_ranks, max_bytes=max_bytes)
+        for text in map_in_processes(texts, files, jobs):
+            out.write(text)
         out.write("\n]}\n")
     return ranks
 

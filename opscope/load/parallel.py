@@ -1,0 +1,57 @@
+"""Read many traces on every core: ``map_in_processes(fn, items, jobs)``, results in order.
+
+A job's rank traces are independent, so ``opscope ranks`` and ``opscope merge``
+read them side by side: ``jobs`` forked processes (forking shares the imported
+modules, so each adds about one trace's memory, not an interpreter's) each
+call ``fn`` on an item and send the result back; the caller gets the
+results in the items' order, as ``map`` would give them. At most ``2 x jobs``
+items are in flight, so memory holds a few results, never all of them. An
+exception in a worker is raised in the caller, the first in order, with its
+type and message. ``jobs`` 1, one item, or a platform without ``fork`` runs
+``fn`` here, in this process.
+
+Example::
+
+    >>> list(map_in_processes(abs, [-3, 1, -2], jobs=2))
+    [3, 1, 2]
+    >>> default_jobs() >= 1
+    True
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from itertools import islice
+from typing import Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_DEFAULT_JOBS = 8  # past this, the disk rather than the cores bounds reading
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (at most ``MAX_DEFAULT_JOBS``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_JOBS))
+
+
+def map_in_processes(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Iterator[R]:
+    """``fn`` of each item, in order, computed in ``jobs`` forked processes (see above)."""
+    if jobs <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from map(fn, items)
+        return
+    context = multiprocessing.get_context("fork")
+    rest = iter(items)
+    with context.Pool(min(jobs, len(items))) as pool:
+        pending = deque(pool.apply_async(fn, (item,)) for item in islice(rest, 2 * jobs))
+        while pending:
+            result = pending.popleft().get()
+            for item in islice(rest, 1):
+                pending.append(pool.apply_async(fn, (item,)))
+            yield result
