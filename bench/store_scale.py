@@ -104,8 +104,8 @@ def _header(rank: int, world: int) -> str:
 class _Plan:
     """The job's shape: layers per step, collective slots, every rank's arrivals."""
 
-    def __init__(self, world: int, events: int) -> None:
-        self.steps = max(1, events // EVENTS_PER_STEP)
+    def __init__(self, world: int, events: int, events_per_step: int = EVENTS_PER_STEP) -> None:
+        self.steps = max(1, events // events_per_step)
         per_step = events // self.steps - 1 - 2 * COLLECTIVES_PER_STEP
         self.layers = max(COLLECTIVES_PER_STEP, -(-per_step // len(_LINEAR)))  # at least `events`
         self.gap_us = LATE_US + 100 + TRANSFER_US + 50  # a collective's window
@@ -165,10 +165,11 @@ def write_rank(path: str, rank: int, world: int, plan: _Plan) -> None:
     os.replace(tmp, path)
 
 
-def generate(folder: str, world: int, events: int, jobs: int = 1) -> dict:
+def generate(folder: str, world: int, events: int, jobs: int = 1,
+             events_per_step: int = EVENTS_PER_STEP) -> dict:
     """Write ``world`` rank traces of about ``events`` events; return what was written."""
     os.makedirs(folder, exist_ok=True)
-    plan = _Plan(world, events)
+    plan = _Plan(world, events, events_per_step)
     t0 = time.perf_counter()
     names = [os.path.join(folder, "train.rank%d.pt.trace.json" % r) for r in range(world)]
     if jobs > 1:
@@ -183,7 +184,7 @@ def generate(folder: str, world: int, events: int, jobs: int = 1) -> dict:
     return {"ranks": world, "events_per_rank": plan.events, "bytes": size,
             "seconds": time.perf_counter() - t0,
             "bytes_per_event": size / (world * plan.events),
-            "straggler": STRAGGLER % world}
+            "straggler": STRAGGLER % world, "steps": plan.steps}
 
 
 def _tree(pid: int) -> List[int]:
