@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Optional
 
 import opscope
 from opscope.cli.errors import UsageError
+from opscope.cli.hang_option import StepGuard, add_hang_option, start_hang_watch
 from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_options,
                                  parse_schedule, prepare_output_dir)
 from opscope.cli.profiling import (add_profile_flags, make_schedule, profile_kwargs,
@@ -81,6 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--nproc-per-node", metavar="N", type=parse_nproc, default=None,
         help="run SCRIPT on N ranks on this host through torchrun "
              "(python -m torch.distributed.run --standalone), each rank profiled")
+    add_hang_option(parser)
     # optional for argparse only, so a missing SCRIPT gets our message, not "SCRIPT, ARGS"
     parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
@@ -145,16 +147,19 @@ def profile_script(args: argparse.Namespace) -> int:
     prof._yield_note = lambda: print(f"{who}{STOOD_DOWN}", file=sys.stderr, flush=True)
     prof._warn_new_cycle = False  # each window is written and kept here: nothing is lost
     warm_up_collector()
+    guard = StepGuard()  # the step, and a write at a reported hang, take turns
+    watch = start_hang_watch(args, folder, rank, who, prof, writer, guard)
     sigterm = SigtermExit()
     sigterm.install()
     try:
-        with after_optimizer_steps(lambda: sigterm.shielded(prof.step)):
+        with after_optimizer_steps(lambda: guard.run(lambda: sigterm.shielded(prof.step))):
             start_profiler(prof)
             try:
                 outcome = sigterm.run(run_script, args.script, args.script_args)
             finally:
-                writer.stopping = True
-                prof.stop()
+                if watch is not None:
+                    watch.close()
+                guard.run(lambda: _stop(prof, writer))
     finally:
         sigterm.uninstall()
     if sigterm.received:
@@ -171,6 +176,11 @@ def profile_script(args: argparse.Namespace) -> int:
     if outcome.exit_code == 0 and (writer.errors or sigterm.received):
         return SIGTERM_EXIT if sigterm.received else 1
     return outcome.exit_code
+
+
+def _stop(prof: "opscope.profile", writer: WindowWriter) -> None:
+    writer.stopping = True
+    prof.stop()
 
 
 def _print_table(window: "Optional[SessionProfile]", args: argparse.Namespace) -> bool:

@@ -85,6 +85,8 @@ def run_options(args: argparse.Namespace) -> List[str]:
               if getattr(args, keyword, False)]
     if args.report:
         words.append("--report")
+    if getattr(args, "hang_after", None) is not None:
+        words += ["--hang-after", repr(args.hang_after)]
     return words
 
 
