@@ -36,6 +36,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+HANG_FILE = "hang.json"  # opscope run's report of a hang, beside the traces: not a trace
 MAX_STATE_BYTES = 256 * 1024
 MAX_GROUPS = 4096
 MAX_ACTIVE = 64

@@ -37,6 +37,7 @@ from opscope.analysis.collectives import CollectiveCall, collective_calls, colle
 from opscope.analysis.rank_checks import (RankTraceError, RunMark, check_one_run,
                                           check_rank_number, check_times)
 from opscope.analysis.flight_recorder import flight_rows, keyed_calls
+from opscope.analysis.hangs import HANG_FILE
 from opscope.analysis.intervals import difference, intersection, total, union
 from opscope.load.merged import merged_problem, merged_ranks
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
@@ -112,7 +113,8 @@ def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) 
         if not os.path.isdir(folder):
             raise RankTraceError(f"{folder!r}: no such file or folder")
         paths = sorted(os.path.join(folder, name) for name in os.listdir(folder)
-                       if name.endswith(TRACE_SUFFIXES) and not name.startswith("."))
+                       if name.endswith(TRACE_SUFFIXES) and not name.startswith(".")
+                       and name != HANG_FILE)  # opscope run's hang report is no trace
         if not paths:
             raise RankTraceError(f"folder {folder!r} has no .json or .json.gz traces")
         kept = [p for p in paths if merged_ranks(p) is None]  # every verb skips merged ones

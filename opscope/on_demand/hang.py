@@ -47,14 +47,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-from opscope.analysis.hangs import find_hang, hang_line, parse_state
+from opscope.analysis.hangs import HANG_FILE, find_hang, hang_line, parse_state
 from opscope.collect import job_store, live_collectives
 from opscope.collect.job_store import JobStore, key
 
 POLL_S = 0.5
 GATHER_S = 5.0  # rank 0 waits this long for every rank's state after an ask
 DEFAULT_HANG_AFTER_S = 10.0
-HANG_FILE = "hang.json"
 HANG_KEY = "opscopeHang"  # the trace metadata of a window written at a hang
 
 
