@@ -3,7 +3,8 @@
 A real 2-rank gloo job where rank 0 also issues an all_reduce in a subgroup of its own
 each step. With ``TORCH_FR_BUFFER_SIZE`` set, each trace carries the recorder's rows,
 and ``opscope ranks`` matches every collective in its own group by its
-``collective_seq_id``: no desync. Without the recorder the ordinal rule sees rank 0's
+``collective_seq_id``: no desync. Without the recorder (``TORCH_FR_BUFFER_SIZE=0``: torch
+2.13 keeps 2000 collectives by default) the ordinal rule sees rank 0's
 extra all_reduce as a desync of the default group, as the README says.
 """
 
@@ -28,9 +29,7 @@ def run_subgroup_job(folder: Path, flight_recorder: bool) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep), OMP_NUM_THREADS="1")
-    env.pop("TORCH_FR_BUFFER_SIZE", None)
-    if flight_recorder:
-        env["TORCH_FR_BUFFER_SIZE"] = "1000"
+    env["TORCH_FR_BUFFER_SIZE"] = "1000" if flight_recorder else "0"  # 0: torch's is off
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
            str(folder)]

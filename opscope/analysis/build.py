@@ -16,13 +16,14 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from opscope.analysis.aggregate import filtered_mask
 from opscope.analysis.compiled_modules import with_compiled_modules
 from opscope.analysis.device import link_device, with_api_calls
+from opscope.analysis.flight_recorder import flight_facts
 from opscope.analysis.flops import event_flops
 from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
 from opscope.analysis.stacks import event_stacks
@@ -65,7 +66,9 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
             table, fields = without_rows(table, hidden, fields)
     if options is not None:
         fields["options"] = dict(options)
-    fields["fused_modules"] = _fused_modules(table, raw)
+    fields["fused_modules"] = _by_row(table, raw.fused_modules)
+    fields["collective_facts"] = _by_row(table, raw.collective_facts) or flight_facts(
+        table, raw.metadata, raw.epoch_offset_ns)
     if raw.device is not None:
         fields["device"] = link_device(table, raw)
     fields.update(
@@ -120,12 +123,12 @@ def _stacks(table: EventTable, raw: RawSession) -> Optional[List[Optional[List[s
     return [frames[s] if s >= 0 else None for s in table.stack_id.tolist()]
 
 
-def _fused_modules(table: EventTable, raw: RawSession) -> Dict[int, Tuple[str, ...]]:
-    """Row -> fused modules of the rows whose record has them (``raw.fused_modules``)."""
-    if not raw.fused_modules:
+def _by_row(table: EventTable, by_record: Dict[int, Any]) -> Dict[int, Any]:
+    """Row -> value of the rows whose record has one in ``by_record`` (sparse, per record)."""
+    if not by_record:
         return {}
-    rows = np.flatnonzero(np.isin(table.record, list(raw.fused_modules)))
-    return {row: raw.fused_modules[record]
+    rows = np.flatnonzero(np.isin(table.record, list(by_record)))
+    return {row: by_record[record]
             for row, record in zip(rows.tolist(), table.record[rows].tolist())}
 
 

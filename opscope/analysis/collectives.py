@@ -10,8 +10,11 @@ dispatcher op without a range, or a range without an op (a trace that lacks
 one thread), is a collective on its own.
 
 Per collective: the arrival (the dispatcher op's start, else the range's),
-the duration the wait/transfer rule splits (the range's, else the op's) and
-the bytes (the range's tensor inputs, else the op's; a barrier moves 0).
+the duration the wait/transfer rule splits (the range's, else the op's), the
+bytes (the range's tensor inputs, else the op's, else its facts' input
+elements times the dtype's size; a barrier moves 0), and its facts
+(``session.collective_facts``: process group, sequence number, element counts,
+dtype, call site), on the op, the range, or a ``record_param_comms`` inside the op.
 
 Example::
 
@@ -28,6 +31,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from opscope.model.collective_facts import CollectiveFacts, user_call_site
+from opscope.model.events import EventTable
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER, RecordedInputs
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (C10D_PREFIX, COLLECTIVE_KINDS, COLLECTIVE_RANGE_PREFIXES,
@@ -41,8 +46,6 @@ DTYPE_BYTES = {
     "c10::Float8_e5m2": 1, "long long": 8, "unsigned short": 2, "unsigned int": 4,
 }
 _STRIPPED = ("_", "base", "coalesced", "intotensor")
-# frames of these files are torch's or opscope's, never the user's call site
-_LIBRARY_MARKERS = ("/torch/", "/opscope/", "<built-in", "site-packages/", "torch/nn/")
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,14 @@ class CollectiveCall:
     end_ns: int
     duration_ns: int
     call_site: Optional[str] = None  # innermost user frame of the dispatcher op
-    # from the flight recorder: its process group and collective_seq_id (None: not known)
+    # its own facts (model.collective_facts: the flight recorder's, or torch's
+    # record_param_comms args): process group, sequence number in it, elements, dtype
     pg: Optional[str] = None
     seq: Optional[int] = None
+    pg_desc: Optional[str] = None
+    in_nelems: Optional[int] = None
+    out_nelems: Optional[int] = None
+    dtype: Optional[str] = None
 
 
 def collective_kind(name: str) -> Optional[str]:
@@ -101,23 +109,8 @@ def input_bytes(inputs: Optional[RecordedInputs]) -> Optional[int]:
     return total if known else None
 
 
-def user_call_site(frames: Optional[List[str]]) -> Optional[str]:
-    """The innermost frame that is not torch's or opscope's, or None.
-
-    >>> user_call_site(["torch/distributed/c10d.py(9): all_reduce", "train.py(12): main"])
-    'train.py(12): main'
-    """
-    for frame in frames or ():
-        text = "/" + frame.replace("\\", "/")
-        if not any(marker in text for marker in _LIBRARY_MARKERS) and "torch/distributed" \
-                not in text:
-            return frame
-    return None
-
-
-def _rows_by_kind(session: ProfileSession, worker: bool) -> Dict[str, np.ndarray]:
+def _rows_by_kind(table: EventTable, worker: bool) -> Dict[str, np.ndarray]:
     """Per kind, the rows of dispatcher ops (``worker`` False) or backend ranges, by start."""
-    table = session.table
     kinds: Dict[int, str] = {}
     for sid, name in enumerate(table.symbols.names):
         is_range = name.startswith(COLLECTIVE_RANGE_PREFIXES)
@@ -138,6 +131,11 @@ def _rows_by_kind(session: ProfileSession, worker: bool) -> Dict[str, np.ndarray
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
 
 
+def collective_op_rows(table: EventTable) -> Dict[str, np.ndarray]:
+    """Per kind, the rows of the dispatcher's collective ops (``c10d::allreduce_``), by start."""
+    return _rows_by_kind(table, False)
+
+
 def _pair(op_starts: np.ndarray, range_starts: np.ndarray) -> np.ndarray:
     """For each op, the index of its range (-1: none): first unpaired range at or after it."""
     paired = np.full(len(op_starts), -1, dtype=np.int64)
@@ -153,6 +151,29 @@ def _pair(op_starts: np.ndarray, range_starts: np.ndarray) -> np.ndarray:
     return paired
 
 
+def _facts_of_calls(session: ProfileSession) -> Dict[int, CollectiveFacts]:
+    """Row of a dispatcher op or backend range -> its facts: its own, else those of the
+    first ``record_param_comms`` (torch's NCCL traces) nested in it."""
+    table = session.table
+    out: Dict[int, CollectiveFacts] = {}
+    for row in sorted(session.collective_facts):
+        r = row
+        while r >= 0 and collective_kind(table.name(r)) is None:
+            r = int(table.parent[r])
+        if r >= 0:
+            out.setdefault(r, session.collective_facts[row])
+    return out
+
+
+def _call(kind: str, nbytes: Optional[int], arrival: int, end: int, duration: int,
+          site: Optional[str], facts: Optional[CollectiveFacts]) -> CollectiveCall:
+    if facts is None:
+        return CollectiveCall(kind, nbytes, arrival, end, duration, site)
+    return CollectiveCall(kind, facts.nbytes if nbytes is None else nbytes, arrival, end,
+                          duration, site or facts.call_site, facts.pg, facts.seq,
+                          facts.pg_desc, facts.in_nelems, facts.out_nelems, facts.dtype)
+
+
 def collective_calls(session: ProfileSession, offset_ns: int = 0) -> List[CollectiveCall]:
     """The collectives of ``session`` in order of arrival; ``offset_ns`` aligns its clock.
 
@@ -164,7 +185,8 @@ def collective_calls(session: ProfileSession, offset_ns: int = 0) -> List[Collec
     table = session.table
     shift = session.epoch_offset_ns + offset_ns
     sig, decoded = table.input_signatures()
-    ops, ranges = _rows_by_kind(session, False), _rows_by_kind(session, True)
+    ops, ranges = _rows_by_kind(table, False), _rows_by_kind(table, True)
+    facts = _facts_of_calls(session)
     calls: List[CollectiveCall] = []
 
     def nbytes(kind: str, row: int) -> Optional[int]:
@@ -180,17 +202,18 @@ def collective_calls(session: ProfileSession, offset_ns: int = 0) -> List[Collec
         for op, r in zip(op_rows.tolist(), pair.tolist()):
             span = int(range_rows[r]) if r >= 0 else op
             size = nbytes(kind, span)
-            calls.append(CollectiveCall(
+            calls.append(_call(
                 kind, size if size is not None or r < 0 else nbytes(kind, op),
                 int(table.start_ns[op]) + shift,
                 max(int(table.end_ns[op]), int(table.end_ns[span])) + shift,
                 int(table.end_ns[span] - table.start_ns[span]),
-                user_call_site(session.stacks[op]) if session.stacks else None))
+                user_call_site(session.stacks[op]) if session.stacks else None,
+                facts.get(op, facts.get(span))))
         for r, row in enumerate(range_rows.tolist()):
             if r not in used:
-                calls.append(CollectiveCall(
+                calls.append(_call(
                     kind, nbytes(kind, row), int(table.start_ns[row]) + shift,
                     int(table.end_ns[row]) + shift,
-                    int(table.end_ns[row] - table.start_ns[row])))
+                    int(table.end_ns[row] - table.start_ns[row]), None, facts.get(row)))
     calls.sort(key=lambda c: c.arrival_ns)
     return calls

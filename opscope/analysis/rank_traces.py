@@ -36,7 +36,7 @@ import numpy as np
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
 from opscope.analysis.rank_checks import (RankTraceError, RunMark, check_one_run,
                                           check_rank_number, check_times)
-from opscope.analysis.flight_recorder import flight_rows, keyed_calls
+from opscope.analysis.flight_recorder import group_ranks
 from opscope.analysis.hangs import HANG_FILE
 from opscope.analysis.intervals import difference, intersection, total, union
 from opscope.load.merged import merged_problem, merged_ranks
@@ -215,16 +215,6 @@ def _times(session: ProfileSession, names: List[str], calls: List[CollectiveCall
     return total(compute), total(comm), total(intersection(compute, comm))
 
 
-def _group_ranks(groups) -> Dict[str, List[int]]:
-    """pg_config's group name -> member ranks (the entries that list them)."""
-    out: Dict[str, List[int]] = {}
-    for g in groups if isinstance(groups, list) else []:
-        ranks = g.get("ranks") if isinstance(g, dict) else None
-        if isinstance(ranks, list) and all(type(r) is int for r in ranks):
-            out[str(g.get("pg_name"))] = list(ranks)
-    return out
-
-
 def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
     """The facts of one rank's trace; RankTraceError for a rank or times out of bounds."""
     offset = clock_offset_ns(session)
@@ -238,13 +228,14 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
     world = world if type(world) is int else None
     check_rank_number(path, rank, world)
     names = session.table.symbols.names
-    calls = keyed_calls(collective_calls(session, offset), flight_rows(session))
+    calls = collective_calls(session, offset)
     steps, step_ns = _steps(session)
     table = session.table
     shift = session.epoch_offset_ns + offset
     compute, comm, overlap = _times(session, names, calls, shift)
     return RankFacts(
-        rank, [path], world, group, _group_ranks(groups),
+        rank, [path], world, group,
+        {name: list(ranks) for name, ranks in group_ranks(session.metadata).items()},
         steps, step_ns, compute, comm, overlap,
         int(table.start_ns.min()) + shift if len(table) else None,
         int(table.end_ns.max()) + shift if len(table) else None, calls,

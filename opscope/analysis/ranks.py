@@ -5,14 +5,16 @@ torch.distributed job (opscope's or torch.profiler's, see
 ``opscope.analysis.rank_traces``) and returns a :class:`RanksAnalysis`.
 
 - **Matching.** Collectives of one process group are issued in the same order
-  on every rank, so (group, sequence number) is their key. With the flight
-  recorder on (``TORCH_FR_BUFFER_SIZE``; ``opscope.analysis.flight_recorder``)
-  both come from it, subgroups included. Without flight
-  recorder data the sequence number is the ordinal of the collective among
-  the rank's collectives. gloo's ranges and the dispatcher ops do not name
-  their group, so every collective is counted in the rank's default group
+  on every rank, so (group, sequence number) is their key. Both come with each
+  collective's facts (``opscope.model.collective_facts``): from torch's flight
+  recorder in an opscope recording (on by default in torch 2.13;
+  ``opscope.analysis.flight_recorder``), or from the ``record_param_comms``
+  args of a torch.profiler trace (NCCL's), subgroups included. A trace
+  without them (torch.profiler's of a gloo job, a recording with
+  ``TORCH_FR_BUFFER_SIZE=0``) falls back to the ordinal of the collective among
+  the rank's collectives, all counted in the rank's default group
   (``pg_config[0].pg_name``, ``"0"``); a job whose subgroups issue their own
-  collectives shows them as a desync of the default group. Point-to-point
+  collectives then shows them as a desync of the default group. Point-to-point
   ops (send, recv) involve two ranks, not the group: they count as
   communication but are not matched.
 - **Wait and transfer** (the TensorBoard plugin's rule): the shortest duration
@@ -25,7 +27,8 @@ torch.distributed job (opscope's or torch.profiler's, see
   floor is ``min_lateness_ms`` and 5% of the median step time (of ranks with
   more than one step). Listed by total lateness, the latest first.
 - **Desync.** The first (group, sequence number) where the ranks issued
-  collectives of different kinds or sizes, or some ranks none.
+  collectives of different kinds, element counts (in or out), dtypes or byte
+  sizes, or some ranks none; with each rank's op, sizes and call site.
 
 Example::
 
@@ -79,6 +82,9 @@ class RankArrival:
     kind: str
     bytes: Optional[int]
     call_site: Optional[str] = None
+    in_nelems: Optional[int] = None  # its facts, where known (model.collective_facts)
+    out_nelems: Optional[int] = None
+    dtype: Optional[str] = None
 
 
 @dataclass
@@ -120,6 +126,9 @@ class Desync:
     ranks: Dict[int, Optional[str]]
     bytes: Dict[int, Optional[int]]
     call_sites: Dict[int, Optional[str]]
+    in_nelems: Dict[int, Optional[int]] = field(default_factory=dict)
+    out_nelems: Dict[int, Optional[int]] = field(default_factory=dict)
+    dtypes: Dict[int, Optional[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,7 +157,9 @@ class RanksAnalysis:
             item["ranks"] = keyed({r: asdict(a) for r, a in c.ranks.items()})
             collectives.append(item)
         desync = [{"pg": d.pg, "seq": d.seq, "ranks": keyed(d.ranks), "bytes": keyed(d.bytes),
-                   "call_sites": keyed(d.call_sites)} for d in self.desync]
+                   "call_sites": keyed(d.call_sites), "in_nelems": keyed(d.in_nelems),
+                   "out_nelems": keyed(d.out_nelems), "dtypes": keyed(d.dtypes)}
+                  for d in self.desync]
         return {"world_size": self.world_size, "ranks": [asdict(r) for r in self.ranks],
                 "collectives": collectives,
                 "stragglers": [asdict(s) for s in self.stragglers], "desync": desync,
@@ -167,7 +178,8 @@ def _match(pg: str, seqs: List[int], per_rank: Dict[int, List[Optional[Collectiv
         kind = Counter(c.kind for c in here.values()).most_common(1)[0][0]
         sizes = Counter(c.nbytes for c in here.values() if c.kind == kind)
         arrivals = {r: RankArrival(_ms(c.arrival_ns - origin), _ms(c.duration_ns - transfer),
-                                   _ms(transfer), c.kind, c.nbytes, c.call_site)
+                                   _ms(transfer), c.kind, c.nbytes, c.call_site, c.in_nelems,
+                                   c.out_nelems, c.dtype)
                     for r, c in sorted(here.items())}
         for r, c in here.items():  # the wait comes first, the transfer ends the range
             begin = c.end_ns - c.duration_ns
@@ -176,18 +188,27 @@ def _match(pg: str, seqs: List[int], per_rank: Dict[int, List[Optional[Collectiv
     return out
 
 
+def _differ(present: List[CollectiveCall]) -> bool:
+    """Whether the calls differ in kind, element counts, dtype or bytes (where known)."""
+    return any(len({v for v in map(fact, present) if v is not None}) > 1 for fact in (
+        lambda c: c.kind, lambda c: c.nbytes, lambda c: c.dtype,
+        lambda c: None if c.in_nelems is None else (c.in_nelems, c.out_nelems)))
+
+
 def _first_desync(pg: str, seqs: List[int],
                   per_rank: Dict[int, List[Optional[CollectiveCall]]]) -> Optional[Desync]:
     for i, seq in enumerate(seqs):
         here = {r: calls[i] for r, calls in per_rank.items()}
         present = [c for c in here.values() if c is not None]
-        kinds = {c.kind for c in present}
-        sizes = {c.nbytes for c in present if c.nbytes is not None}
-        if len(present) < len(here) or len(kinds) > 1 or len(sizes) > 1:
+        if len(present) < len(here) or _differ(present):
             ranks = sorted(here)
-            return Desync(pg, seq, {r: here[r].kind if here[r] else None for r in ranks},
-                          {r: here[r].nbytes if here[r] else None for r in ranks},
-                          {r: here[r].call_site if here[r] else None for r in ranks})
+
+            def each(fact):
+                return {r: fact(here[r]) if here[r] else None for r in ranks}
+
+            return Desync(pg, seq, each(lambda c: c.kind), each(lambda c: c.nbytes),
+                          each(lambda c: c.call_site), each(lambda c: c.in_nelems),
+                          each(lambda c: c.out_nelems), each(lambda c: c.dtype))
     return None
 
 

@@ -1,11 +1,16 @@
-"""torch's flight recorder, read at a recording's stop: each collective's group and number.
+"""torch's flight recorder, read at a recording's stop: each collective's group, number, sizes.
 
-With ``TORCH_FR_BUFFER_SIZE`` set, torch.distributed keeps the last collectives
-of every process group, each with its group and ``collective_seq_id``: the
-key that matches a collective across ranks, subgroups included
-(``opscope.analysis.flight_recorder``). opscope keeps the entries created
-during the window, as compact rows in the trace metadata (``FLIGHT_RECORDER_KEY``):
-``[group name, collective_seq_id, profiling name, time created (Unix ns)]``.
+torch.distributed keeps the last collectives of the process (``TORCH_FR_BUFFER_SIZE``
+of them: 2000 by default in torch 2.13, none in torches whose default is 0), each
+with its group and ``collective_seq_id`` (the key that matches a collective
+across ranks, subgroups included), its tensors' sizes and dtypes and the
+Python stack that issued it. It costs the job nothing more: torch records them
+whether or not opscope reads them. opscope reads them at stop (unless
+``TORCH_FR_BUFFER_SIZE`` is 0) and keeps the entries created during the window,
+as compact rows in the trace metadata (``FLIGHT_RECORDER_KEY``): ``[group name,
+sequence number, profiling name, time created (Unix ns), group description, input
+elements, output elements, dtype, call site, is point-to-point]``
+(``opscope.analysis.flight_recorder`` gives them to the collectives' events).
 
 >>> flight_recorder_rows(0) is None   # no recorder buffer in this process
 True
@@ -15,16 +20,23 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from opscope.model.collective_facts import user_call_site
+from opscope.model.torch_names import C10D_PREFIX
 
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 MAX_ROWS = 200_000  # a buffer is bounded by the env var; this bounds what a trace holds
 
 
 def _enabled() -> bool:
+    """False where the user turned the recorder off (``TORCH_FR_BUFFER_SIZE=0``)."""
     try:
-        return int(os.environ.get(BUFFER_ENV, "0") or 0) > 0
+        return int(os.environ.get(BUFFER_ENV, "1") or 1) > 0
     except ValueError:
         return False
 
@@ -35,11 +47,72 @@ def _dump() -> Optional[dict]:
         return None
     import torch
 
-    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+    c10d = torch._C._distributed_c10d
+    dump = getattr(c10d, "_dump_fr_trace", None)
+    if dump is not None:  # torch's pickle, made here by torch: without the stacks, which
+        # torch symbolizes by importing torch._inductor (seconds), and faster than its JSON
+        try:
+            doc = pickle.loads(dump(includeCollectives=True, includeStackTraces=False,
+                                    onlyActive=False))
+        except TypeError:  # a torch without these arguments
+            doc = None
+        if isinstance(doc, dict):
+            return doc
+    dump = getattr(c10d, "_dump_fr_trace_json", None)
     if dump is None:
         return None
     doc = json.loads(dump())
     return doc if isinstance(doc, dict) else None
+
+
+def _nelems(sizes: Any) -> int:
+    """Elements of a list of tensor shapes (``[[2, 4], [3]]`` -> 11)."""
+    total = 0
+    for shape in sizes:
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        total += count
+    return total
+
+
+def _call_site(frames: Any) -> Optional[str]:
+    """The innermost frame of the user's code among the recorder's frames (innermost first)."""
+    texts = []
+    for frame in frames if isinstance(frames, list) else ():
+        try:
+            texts.append(f"{frame['filename']}({int(frame['line'])}): {frame['name']}")
+        except (KeyError, TypeError, ValueError):
+            continue
+    return user_call_site(texts)
+
+
+def flight_row(entry: dict) -> List[Any]:
+    """One recorder entry as a metadata row (see the module docstring); raises on a bad one.
+
+    >>> flight_row({"time_created_ns": 5, "process_group": ["1", "sub"], "is_p2p": False,
+    ...             "collective_seq_id": 3, "profiling_name": "gloo:all_gather",
+    ...             "input_sizes": [[4]], "output_sizes": [[2, 4]], "input_dtypes": ["Float"]})
+    ['1', 3, 'gloo:all_gather', 5, 'sub', 4, 8, 'Float', None, False]
+    """
+    p2p = bool(entry.get("is_p2p", False))
+    dtypes = list(entry.get("input_dtypes") or []) + list(entry.get("output_dtypes") or [])
+    return [str(entry["process_group"][0]),
+            int(entry["p2p_seq_id" if p2p else "collective_seq_id"]),
+            str(entry["profiling_name"]), int(entry["time_created_ns"]),
+            str(entry["process_group"][1]), _nelems(entry.get("input_sizes") or []),
+            _nelems(entry.get("output_sizes") or []), str(dtypes[0]) if dtypes else None,
+            _call_site(entry.get("frames")), p2p]
+
+
+def issued_collectives(names: Sequence[str], name_ids: np.ndarray) -> bool:
+    """Whether records with these name ids hold a dispatcher collective (``c10d::``).
+
+    >>> issued_collectives(["aten::add", "c10d::allreduce_"], np.array([0, 0]))
+    False
+    """
+    ids = [i for i, name in enumerate(names) if name.startswith(C10D_PREFIX)]
+    return bool(ids) and bool(np.isin(name_ids, ids).any())
 
 
 def flight_recorder_rows(since_unix_ns: int) -> Optional[List[List[Any]]]:
@@ -58,12 +131,11 @@ def flight_recorder_rows(since_unix_ns: int) -> Optional[List[List[Any]]]:
     rows = []
     for entry in doc.get("entries") or []:
         try:
-            created = int(entry["time_created_ns"])
-            group = entry["process_group"][0]
-            seq = int(entry["collective_seq_id"])
-            name = str(entry["profiling_name"])
-        except (KeyError, TypeError, ValueError, IndexError):
+            if int(entry["time_created_ns"]) < since_unix_ns:
+                continue
+            row = flight_row(entry)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             continue
-        if created >= since_unix_ns and seq > 0:
-            rows.append([str(group), seq, name, created])
-    return rows[-MAX_ROWS:]
+        if row[1] > 0:
+            rows.append(row)
+    return rows[-MAX_ROWS:] or None

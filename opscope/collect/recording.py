@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
-from opscope.collect.flight_recorder import flight_recorder_rows
+from opscope.collect.flight_recorder import flight_recorder_rows, issued_collectives
 from opscope.collect.inductor_sites import (compiled_code_ran, compiled_frames_so_far,
                                             compiled_sites, graph_breaks_so_far)
 from opscope.collect.probes import window_probes
@@ -146,7 +146,8 @@ class Recording:
         offset = self._take_clock_offset()
         if offset is not None:
             metadata[CLOCK_OFFSET_KEY] = json.dumps(offset)
-        flights = flight_recorder_rows(raw.start_ns + raw.epoch_offset_ns)
+        flights = flight_recorder_rows(raw.start_ns + raw.epoch_offset_ns) if \
+            issued_collectives(raw.names, raw.records["name_id"]) else None
         if flights:
             metadata[FLIGHT_RECORDER_KEY] = json.dumps(flights, separators=(",", ":"))
         extra: Dict[str, Any] = dict(

@@ -260,13 +260,16 @@ def _extra_args(session: ProfileSession) -> List[Any]:
     """Args beyond the fixed ones, in write order: each part is (strings, index per
     event), or the FLOP estimate per event (written where it is > 0).
 
-    The parts are the recorded inputs, the module args, ``flops`` and the
-    ``Call stack``; each distinct input signature and stack is rendered once.
+    The parts are the recorded inputs, the module args, a collective's facts
+    (``model.collective_facts``), ``flops`` and the ``Call stack``; each distinct
+    input signature and stack is rendered once.
     """
     table = session.table
     parts: List[Any] = [_input_args(table)]
     if session.modules is not None or session.fused_modules:
         parts.append(intern_strings(_module_args(session)))
+    if session.collective_facts:
+        parts.append(_collective_args(session))
     if session.flops is not None:
         parts.append(np.asarray(session.flops, dtype=np.int64))
     if session.stacks is not None:
@@ -354,6 +357,18 @@ def _module_args(session: ProfileSession) -> List[str]:
         out[i] += "%s: %s, " % (json.dumps(TRACE_ARG_FUSED),
                                 json.dumps(fused_modules_text(entries)))
     return out
+
+
+def _collective_args(session: ProfileSession) -> Tuple[StringTable, np.ndarray]:
+    """A collective's facts as torch spells them on ``record_param_comms``
+    (``"Process Group Name"``, ``"Seq"``, ``"In msg nelems"``...), on the rows that have them."""
+    texts: Dict[str, int] = {}
+    index = np.full(len(session.table), -1, dtype=np.intp)
+    for row, facts in session.collective_facts.items():
+        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
+                       for k, v in facts.to_args().items())
+        index[row] = texts.setdefault(text, len(texts))
+    return StringTable(list(texts)), index
 
 
 def _input_args(table) -> Tuple[StringTable, np.ndarray]:

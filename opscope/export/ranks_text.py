@@ -112,7 +112,10 @@ def format_ranks(analysis: RanksAnalysis, *, limit: int = DEFAULT_COLLECTIVE_LIM
         lines.append(f"Desync: process group {d.pg}, collective #{d.seq}: the ranks issued "
                      f"different collectives")
         for rank, kind in d.ranks.items():
-            what = "nothing" if kind is None else f"{kind} ({_size(d.bytes[rank])})"
+            what = "nothing" if kind is None else f"{kind} ({_size(d.bytes[rank])}" + (
+                f", {d.in_nelems[rank]} -> {d.out_nelems[rank]} elements"
+                if d.in_nelems.get(rank) is not None else "") + (
+                f", {d.dtypes[rank]}" if d.dtypes.get(rank) else "") + ")"
             site = d.call_sites.get(rank)
             lines.append(f"  rank {rank}: {what}" + (f" at {site}" if site else ""))
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from opscope.load.trace_device import correlation_column
+from opscope.model.collective_facts import MARKER_ARGS, CollectiveFacts
 from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_from_text
 from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
                                      is_microseconds, op_columns)
@@ -143,7 +144,8 @@ class TraceColumns:
     ``name``, ``tid``, ``cat`` ids into ``names``, ``tids``, ``cats``;
     ``seq``, ``fwd``, ``python``, ``sig`` input ids into ``signatures``,
     ``stack`` ids into ``stacks``, ``flops``, ``has_flops``); ``fused`` maps an op
-    to its ``"Fused Modules"`` (sparse: a compiled kernel's, see ``model.modules``).
+    to its ``"Fused Modules"`` (sparse: a compiled kernel's, see ``model.modules``),
+    ``collective_facts`` to its collective's facts (``model.collective_facts``).
     """
 
     def __init__(self, path: str) -> None:
@@ -170,6 +172,7 @@ class TraceColumns:
         self.pids: Dict[bool, Any] = {}  # the first op's pid, and the first non-Python op's
         self.modules: List[Tuple[int, str, dict]] = []  # (op, name, args) of module ranges
         self.fused: Dict[int, Tuple[str, ...]] = {}  # op -> its "Fused Modules" entries
+        self.collective_facts: Dict[int, CollectiveFacts] = {}  # op -> its collective's facts
         # (what, is python) -> (op, error) of the first bad ts or dur of each kind of op
         self.bad: Dict[Tuple[str, bool], Tuple[int, Exception]] = {}
         self.has_stacks = False
@@ -210,6 +213,7 @@ class TraceColumns:
         self._put("stack", self._stack_codes(args))
         self._flops(args, len(ops))
         self._fused(args)
+        self._collective_facts(args)
         self._firsts(ops, cols, is_python, self.batches["cat"][-1])
         self.count += len(ops)
 
@@ -294,6 +298,14 @@ class TraceColumns:
             entries = fused_modules_from_text(args[i][TRACE_ARG_FUSED])
             if entries:
                 self.fused[self.count + i] = entries
+
+    def _collective_facts(self, args: List[dict]) -> None:
+        for key in MARKER_ARGS:
+            for i in compress(range(len(args)), map(dict.__contains__, args, repeat(key))):
+                if self.count + i not in self.collective_facts:
+                    facts = CollectiveFacts.from_args(args[i])
+                    if facts is not None:
+                        self.collective_facts[self.count + i] = facts
 
     def _firsts(self, ops: List[dict], cols, is_python: np.ndarray, cats: np.ndarray) -> None:
         """The first pids, the first Python events and the module ranges of the batch."""

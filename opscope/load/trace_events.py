@@ -156,7 +156,8 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
     flops = ops.column("flops") if "flops" in cols.batches and \
         ops.column("has_flops").any() else None
     order = sort_order(start, end)
-    fused = _fused_records(cols, keep, order)
+    fused = _sparse_records(cols.fused, cols.count, keep, order)
+    collective_facts = _sparse_records(cols.collective_facts, cols.count, keep, order)
     if len(order) and not np.array_equal(order, np.arange(len(order))):
         records = records[order]
         correlation = None if correlation is None else correlation[order]
@@ -179,18 +180,19 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
         thread_names={t: n for t, n in cols.thread_names.items() if isinstance(t, int)},
         options=options, link_backward_stacks=False, source_path=path,
         python_functions=python_functions, device=device, device_names=device_names,
-        correlation=correlation, fused_modules=fused)
+        correlation=correlation, fused_modules=fused, collective_facts=collective_facts)
 
 
-def _fused_records(cols: TraceColumns, keep: Optional[np.ndarray],
-                   order: np.ndarray) -> Dict[int, Tuple[str, ...]]:
-    """Record index -> "Fused Modules" of the kept ops that have them (records: ``order``)."""
-    if not cols.fused:
+def _sparse_records(by_op: Dict[int, Any], count: int, keep: Optional[np.ndarray],
+                    order: np.ndarray) -> Dict[int, Any]:
+    """Record index -> value of the kept ops in ``by_op`` (op index -> value; records:
+    ``order``), e.g. the "Fused Modules" or a collective's facts."""
+    if not by_op:
         return {}
-    kept = np.arange(cols.count) if keep is None else np.cumsum(keep) - 1
+    kept = np.arange(count) if keep is None else np.cumsum(keep) - 1
     record = np.empty(len(order), dtype=np.int64)
     record[order] = np.arange(len(order))
-    return {int(record[kept[op]]): entries for op, entries in cols.fused.items()
+    return {int(record[kept[op]]): value for op, value in by_op.items()
             if keep is None or keep[op]}
 
 

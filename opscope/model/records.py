@@ -263,6 +263,10 @@ class RawSession:
     # with_modules: record index -> the modules of a compiled kernel fused from FX nodes
     # of several modules (model.modules.fused_module_entries); only such kernels are keys
     fused_modules: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    # a saved trace: record index -> the collective facts in its args (process group,
+    # "Seq", msg nelems, dtype; model.collective_facts); a live recording's come from
+    # the flight recorder's rows in ``metadata`` instead (analysis.flight_recorder)
+    collective_facts: Dict[int, Any] = field(default_factory=dict)
     # with_modules: range name -> parameter count of the inner modules of compiled modules
     # (their ranges are made by analysis.compiled_modules, not by the module hooks)
     compiled_module_params: Dict[str, int] = field(default_factory=dict)

@@ -87,6 +87,9 @@ class ProfileSession:
     # with_modules: table row -> the modules of a compiled kernel fused from FX nodes of
     # several modules, as "0.ln (LayerNorm) x10" (model.modules); only such kernels are keys
     fused_modules: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    # table row -> a collective's facts (model.collective_facts.CollectiveFacts): its
+    # process group, sequence number, element counts, dtype; only such rows are keys
+    collective_facts: Dict[int, Any] = field(default_factory=dict)
     # derived per-event facts, each computed once on first use (see ``derived``)
     _derived: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

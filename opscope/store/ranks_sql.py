@@ -61,13 +61,14 @@ def _calls(con, store: str) -> Dict[int, List[CollectiveCall]]:
     """Per rank, its calls in the order the store holds them (the scan keeps file order)."""
     out: Dict[int, List[CollectiveCall]] = {}
     rows = con.execute("SELECT rank, kind, bytes, arrival_ns, end_ns, duration_ns, call_site, "
-                       "fr_pg, fr_seq FROM collectives").fetchall()
-    for rank, kind, nbytes, arrival, end, duration, site, pg, seq in rows:
+                       "fr_pg, fr_seq, pg_desc, in_nelems, out_nelems, dtype "
+                       "FROM collectives").fetchall()
+    for rank, kind, nbytes, arrival, end, duration, site, pg, seq, *facts in rows:
         if None in (rank, kind, arrival, end, duration):
             raise StoreError(f"store {store!r}: rank {rank}: a collective without its kind "
                              f"or times")
         out.setdefault(int(rank), []).append(CollectiveCall(
-            str(kind), nbytes, int(arrival), int(end), int(duration), site, pg, seq))
+            str(kind), nbytes, int(arrival), int(end), int(duration), site, pg, seq, *facts))
     return out
 
 

@@ -72,7 +72,8 @@ def stored_calls(store: str, rank: int) -> List[Tuple[int, CollectiveCall]]:
         return []
     return [(int(r["window"]), CollectiveCall(r["kind"], r["bytes"], r["arrival_ns"],
                                               r["end_ns"], r["duration_ns"], r["call_site"],
-                                              r["fr_pg"], r["fr_seq"]))
+                                              r["fr_pg"], r["fr_seq"], r["pg_desc"],
+                                              r["in_nelems"], r["out_nelems"], r["dtype"]))
             for r in part.to_pylist()]
 
 

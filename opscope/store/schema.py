@@ -34,7 +34,7 @@ from typing import Dict, Optional, Tuple
 
 MARKER = "opscope-store.json"
 FORMAT = "opscope-store"
-VERSION = 1
+VERSION = 2  # 2: the collectives' facts (pg_desc, pg_ranks, in/out_nelems, dtype)
 PART_FILE = "part-0.parquet"
 INSTALL_HINT = "pip install 'opscope[store]'"
 
@@ -91,7 +91,8 @@ COLUMNS: Dict[str, Columns] = {
         ("window", "int32"), ("pg", "string"), ("seq", "int64"), ("kind", "dict"),
         ("bytes", "int64"), ("arrival_ns", "int64"), ("end_ns", "int64"),
         ("duration_ns", "int64"), ("call_site", "string"), ("fr_pg", "string"),
-        ("fr_seq", "int64"),
+        ("fr_seq", "int64"), ("pg_desc", "dict"), ("pg_ranks", "dict"),
+        ("in_nelems", "int64"), ("out_nelems", "int64"), ("dtype", "dict"),
     ),
 }
 # Columns that grow with the row (ids, times in order) are written DELTA_BINARY_PACKED:

@@ -46,7 +46,8 @@ from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.store.folder import (LOCK_PREFIX, Footer, check_store_folder, footer_of,
                                   partition_values)
 from opscope.store.read import sessions_of_rank, stored_calls
-from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError,
+from opscope.model.collective_facts import ranks_text
+from opscope.store.schema import (COLUMNS, FORMAT, MARKER, TABLES, VERSION, StoreError,
                                   arrow_schema, load_json, parquet_options, part_path,
                                   require_pyarrow)
 from opscope.store.tables import arrow_table, sessions_table, window_tables
@@ -309,13 +310,15 @@ class StoreWriter:
             for seq, call in zip(seqs, per_rank.get(rank, [])):
                 if call is not None:
                     key[id(call)] = (pg, seq)
-        cols: Dict[str, list] = {name: [] for name in (
-            "window", "pg", "seq", "kind", "bytes", "arrival_ns", "end_ns", "duration_ns",
-            "call_site", "fr_pg", "fr_seq")}
+        cols: Dict[str, list] = {name: [] for name, _ in COLUMNS["collectives"]}
         for window, c in rows:
             pg, seq = key.get(id(c), (c.pg if c.pg is not None else facts.group, None))
-            for name, value in zip(cols, (window, pg, seq, c.kind, c.nbytes, c.arrival_ns,
-                                          c.end_ns, c.duration_ns, c.call_site, c.pg, c.seq)):
+            ranks = facts.group_ranks.get(c.pg) if c.pg is not None else None
+            for name, value in zip(cols, (
+                    window, pg, seq, c.kind, c.nbytes, c.arrival_ns, c.end_ns, c.duration_ns,
+                    c.call_site, c.pg, c.seq, c.pg_desc,
+                    ranks_text(ranks),
+                    c.in_nelems, c.out_nelems, c.dtype)):
                 cols[name].append(value)
         self.write_part("collectives", arrow_table("collectives", cols), rank)
 

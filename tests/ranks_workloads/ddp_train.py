@@ -4,14 +4,22 @@ Each rank profiles a few training steps of a small DDP model with opscope (or
 torch.profiler) and writes OUTDIR/train.rank<R>.pt.trace.json, in a
 ``finally:`` so a failed job still leaves its traces. It counts the
 collectives it issues (DDP's gradient allreduce through a comm hook, and an
-explicit allreduce of the loss per step) in OUTDIR/counts.rank<R>.txt.
+explicit allreduce of the loss per step) in OUTDIR/counts.rank<R>.txt, and per
+process group in OUTDIR/groups.rank<R>.txt (JSON).
 
     torchrun --nproc-per-node 2 ddp_train.py OUTDIR [--steps N] [--sleep-rank K --sleep-ms S]
         [--profiler opscope|torch] [--desync-rank R --desync-step N] [--timeout-s T]
+        [--plain] [--second-group] [--small-rank R --small-step N]
+
+``--plain`` records without record_shapes and with_stack; ``--second-group`` adds an
+all_gather on a second process group each step; ``--small-rank`` makes that rank's
+loss allreduce at step ``--small-step`` smaller than the other ranks' (2 elements, not 4).
 """
 
 import argparse
+import collections
 import datetime
+import json
 import os
 import signal
 import sys
@@ -22,16 +30,19 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 COUNT = [0]
+PER_GROUP = collections.Counter()  # process group name -> collectives issued while profiled
 
 
 def counting_hook(state, bucket):
     COUNT[0] += 1
+    PER_GROUP[dist.distributed_c10d._get_process_group_name(dist.group.WORLD)] += 1
     return allreduce_hook(state, bucket)
 
 
-def counted_all_reduce(tensor):
+def counted_all_reduce(tensor, group=None):
     COUNT[0] += 1
-    dist.all_reduce(tensor)
+    PER_GROUP[dist.distributed_c10d._get_process_group_name(group or dist.group.WORLD)] += 1
+    dist.all_reduce(tensor, group=group)
 
 
 def parse():
@@ -44,14 +55,26 @@ def parse():
     p.add_argument("--desync-rank", type=int, default=-1)
     p.add_argument("--desync-step", type=int, default=-1)
     p.add_argument("--timeout-s", type=float, default=60)
+    p.add_argument("--plain", action="store_true")
+    p.add_argument("--second-group", action="store_true")
+    p.add_argument("--small-rank", type=int, default=-1)
+    p.add_argument("--small-step", type=int, default=-1)
     return p.parse_args()
 
 
-def make_profiler(kind):
+def make_profiler(kind, plain=False):
     if kind == "torch":
-        return torch.profiler.profile(record_shapes=True, with_stack=True)
+        return torch.profiler.profile(record_shapes=not plain, with_stack=not plain)
     import opscope
-    return opscope.profile(record_shapes=True, with_stack=True)
+    return opscope.profile(record_shapes=not plain, with_stack=not plain)
+
+
+def second_group_step(group, rank):
+    """An all_gather on ``group`` (a group of its own, not the default one)."""
+    COUNT[0] += 1
+    PER_GROUP[dist.distributed_c10d._get_process_group_name(group)] += 1
+    out = [torch.zeros(6) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, torch.full((6,), float(rank)), group=group)
 
 
 def train_step(model, opt, x, rank, args, step):
@@ -63,7 +86,12 @@ def train_step(model, opt, x, rank, args, step):
     loss.backward()
     opt.step()
     opt.zero_grad()
-    counted_all_reduce(loss.detach())
+    if args.second_group:
+        second_group_step(args.group, rank)
+        small = rank == args.small_rank and step == args.small_step
+        counted_all_reduce(loss.detach().repeat(2 if small else 4))  # the smaller on one rank
+    else:
+        counted_all_reduce(loss.detach())
 
 
 def main():
@@ -73,15 +101,18 @@ def main():
     torch.manual_seed(0)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
+    args.group = dist.new_group(list(range(dist.get_world_size()))) if args.second_group else None
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
     model.register_comm_hook(None, counting_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(8, 32)
     for step in range(2):  # warm up: DDP rebuilds its buckets (broadcasts) here
         train_step(model, opt, x, rank, argparse.Namespace(**{**vars(args), "sleep_rank": -1,
-                                                               "desync_rank": -1}), step)
+                                                               "desync_rank": -1,
+                                                               "small_rank": -1}), step)
     COUNT[0] = 0
-    prof = make_profiler(args.profiler)
+    PER_GROUP.clear()
+    prof = make_profiler(args.profiler, args.plain)
     path = os.path.join(args.outdir, f"train.rank{rank}.pt.trace.json")
     try:
         with prof:
@@ -92,6 +123,8 @@ def main():
         prof.export_chrome_trace(path)
         with open(os.path.join(args.outdir, f"counts.rank{rank}.txt"), "w") as f:
             f.write(str(COUNT[0]))
+        with open(os.path.join(args.outdir, f"groups.rank{rank}.txt"), "w") as f:
+            json.dump(PER_GROUP, f)
     # gloo's workers take the GIL to drop the last collective's tensors: give it to them
     # before the group goes or Python exits, or torch may abort or hang (pytorch #190489)
     time.sleep(0.1)
