@@ -68,7 +68,7 @@ def _valid_groups(groups: Any, world_size: int) -> bool:
 def _valid_stack(stack: Any) -> bool:
     return isinstance(stack, list) and len(stack) <= MAX_FRAMES and all(
         isinstance(f, dict) and _text(f.get("file")) and _count(f.get("line"))
-        and _text(f.get("function")) for f in stack)
+        and _text(f.get("function")) and isinstance(f.get("lib", False), bool) for f in stack)
 
 
 def parse_state(text: Optional[str], rank: int, world_size: int) -> Optional[Dict[str, Any]]:
@@ -172,10 +172,14 @@ def find_hang(states: Dict[int, Dict[str, Any]], *, world_size: int, hang_after_
 
 
 def script_frame(stack: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The innermost frame outside torch and opscope: where the user's code is."""
+    """The innermost frame outside torch, opscope and the standard library (``"lib"``).
+
+    >>> script_frame([{"file": "train.py", "line": 3, "function": "main", "lib": False},
+    ...               {"file": "torch/x.py", "line": 9, "function": "f", "lib": True}])["line"]
+    3
+    """
     for frame in reversed(stack):
-        parts = frame["file"].replace("\\", "/").split("/")
-        if not ({"torch", "opscope", "threading.py"} & set(parts)) and "<frozen" not in frame["file"]:
+        if not frame.get("lib", False):
             return frame
     return stack[-1] if stack else None
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -126,16 +127,30 @@ def _groups() -> Dict[str, Dict[str, Any]]:
     return groups
 
 
-def main_thread_stack(limit: int = MAX_STACK_FRAMES) -> List[Dict[str, Any]]:
-    """The main thread's Python stack now, outermost first, as {"file", "line", "function"}.
+def _library_folders() -> Tuple[str, ...]:
+    """Where torch, opscope and the standard library live: frames there are not the user's."""
+    folders = [sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.dirname(__file__))]
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        folders.append(os.path.dirname(torch.__file__))
+    return tuple(os.path.join(os.path.realpath(f), "") for f in folders)
 
-    >>> main_thread_stack()[-1]["function"]   # called from the main thread: this very frame
-    'main_thread_stack'
+
+def main_thread_stack(limit: int = MAX_STACK_FRAMES) -> List[Dict[str, Any]]:
+    """The main thread's Python stack now, outermost first: {"file", "line", "function", "lib"}.
+
+    ``lib`` is true for a frame of torch, opscope or the standard library.
+
+    >>> frame = main_thread_stack()[-1]   # called from the main thread: this very frame
+    >>> frame["function"], frame["lib"]
+    ('main_thread_stack', True)
     """
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     if frame is None:
         return []
-    return [{"file": f.filename, "line": f.lineno, "function": f.name}
+    folders = _library_folders()
+    return [{"file": f.filename, "line": f.lineno, "function": f.name,
+             "lib": f.filename.startswith("<") or os.path.realpath(f.filename).startswith(folders)}
             for f in traceback.extract_stack(frame, limit=limit)]
 
 
