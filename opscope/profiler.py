@@ -343,11 +343,12 @@ class profile(ProfileResults):
         if window is None:
             return
         complete_distributed_info(window.metadata, final=True)
-        raw = window.stop()
         options = {name: getattr(self, name) for name in OPTION_NAMES}
+        # no name holds the RawSession here, so build_session can free its records early
+        session = build_session(window.stop(), options=options)
         if self.acc_events and self._session is not None:
             self._earlier_sessions.append(self._session)
-        self._session = build_session(raw, options=options)
+        self._session = session
         self._events = None
 
     def _trace_ready(self) -> None:

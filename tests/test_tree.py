@@ -105,3 +105,30 @@ def test_stable_order_matches_argsort_above_16_bits():
     assert tree._stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
     small = keys % 7
     assert tree._stable_order(small).tolist() == np.argsort(small, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_any_intervals_equal_the_stack_rule(seed):
+    # crossing, nested, touching, zero-length and identical ranges on a few threads:
+    # wherever the depth sweep's answer is accepted, it must be torch's
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 80))
+    start = rng.integers(0, 40, n)
+    end = start + rng.integers(0, 25, n) * (rng.random(n) < 0.9)
+    thread = rng.integers(0, 3, n)
+    table = make_table(start, end, thread)
+    assert tree.assign_parents(table).tolist() == stack_rule(table)
+
+
+def test_deep_nesting_with_siblings_is_accepted_by_the_depth_sweep():
+    # a clean nesting never needs the stack rule: the sweep's own answer is checked
+    table = make_table([0, 1, 2, 3, 5, 6, 20], [10, 9, 4, 3, 8, 7, 30], [0] * 7)
+    found = tree._parents_by_depth(table.start_ns, table.end_ns)
+    assert found is not None and found.tolist() == stack_rule(table)
+
+
+def test_all_roots_checks_across_block_boundaries():
+    start, end = np.array([0, 2, 4, 6]), np.array([2, 4, 7, 8])  # the third reaches past 6
+    assert [tree._all_roots(start, end, step) for step in (1, 2, 3, 64)] == [False] * 4
+    end[2] = 6
+    assert [tree._all_roots(start, end, step) for step in (1, 2, 3, 64)] == [True] * 4

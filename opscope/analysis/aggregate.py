@@ -98,6 +98,8 @@ def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Gr
     (shape texts, stack tuples, overload names; None: not grouped by it)."""
     n = len(base_key)
     columns = [c for c in columns if c is not None]
+    if not columns and int(base_key.min()) >= 0 and int(base_key.max()) < max(n, 1 << 16):
+        return _grouped_small(base_key)
     if not columns:
         _, group = np.unique(base_key, return_inverse=True)
         group = group.reshape(-1)
@@ -112,6 +114,24 @@ def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Gr
     rank = np.empty(n_groups, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(n_groups)
     return _Groups(rank[group], np.sort(first), n_groups)
+
+
+def _grouped_small(base_key: np.ndarray) -> _Groups:
+    """``_grouped`` of small non-negative keys (name ids), in linear time: no sort of
+    the events, only of the distinct keys.
+
+    >>> g = _grouped_small(np.array([5, 2, 5, 0]))
+    >>> g.of_event.tolist(), g.first.tolist(), g.count
+    ([0, 1, 0, 2], [0, 1, 3], 3)
+    """
+    n = len(base_key)
+    first = np.full(int(base_key.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, base_key, np.arange(n))
+    keys = np.flatnonzero(first < n)
+    order = np.argsort(first[keys], kind="stable")  # by first appearance
+    rank = np.zeros(len(first), dtype=np.int64)
+    rank[keys[order]] = np.arange(len(keys))
+    return _Groups(rank[base_key], first[keys[order]], len(keys))
 
 
 def _float_sums(groups: _Groups, values) -> np.ndarray:

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Dict, List, Optional
 
@@ -47,6 +48,8 @@ def build_session(raw: RawSession, **kwargs: Any) -> ProfileSession:
     raw = with_api_calls(raw)  # CUDA API calls nest under their ops like any op
     raw = with_compiled_modules(raw)  # compiled graphs' kernels: their modules and lines
     table = EventTable.from_raw(raw)
+    # the table holds the records as columns now: drop them (48 bytes each) before the tree
+    raw = table.raw = _without_records(raw)
     keep = filtered_mask(table)
     if not keep.all():
         table = table.take(keep)
@@ -121,6 +124,25 @@ def _stacks(table: EventTable, raw: RawSession) -> Optional[List[Optional[List[s
         return event_stacks(table, raw.stack_table)
     frames = raw.stack_table
     return [frames[s] if s >= 0 else None for s in table.stack_id.tolist()]
+
+
+def _without_records(raw: Optional[RawSession]) -> Optional[RawSession]:
+    """``raw`` without its records and stack ids, once the table holds them as columns.
+
+    A session keeps its source for the recorded inputs (and a device's
+    correlation ids); the records themselves (48 bytes each) are only read
+    again for the python_function records a "hidden" rule leaves out of the
+    table (``opscope.store.extras.hidden_records``), so those are kept.
+
+    >>> raw = RawSession.empty()
+    >>> raw.records = np.zeros(3, raw.records.dtype)
+    >>> len(_without_records(raw).records), len(raw.records)
+    (0, 3)
+    """
+    if raw is None or raw.python_functions == "hidden":
+        return raw
+    # a new empty array: a view of no records would still hold them all
+    return dataclasses.replace(raw, records=np.zeros(0, raw.records.dtype), stack_ids=None)
 
 
 def _by_row(table: EventTable, by_record: Dict[int, Any]) -> Dict[int, Any]:

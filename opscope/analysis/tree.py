@@ -33,81 +33,121 @@ from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
 def assign_parents(table: EventTable) -> np.ndarray:
     """Parent index of each event (-1 for a root), from interval nesting.
 
-    Vectorised: a depth sweep finds each event's innermost open interval. A
-    thread whose intervals are not cleanly nested (two ranges that cross) is
-    redone with the exact stack rule, so the result always equals torch's.
+    Vectorised, one thread at a time: a depth sweep finds each event's
+    innermost open interval. A thread whose intervals are not cleanly nested
+    (two ranges that cross) is redone with the exact stack rule, so the
+    result always equals torch's.
     """
-    n = len(table)
-    parent = np.full(n, -1, dtype=np.int64)
-    if n == 0:
-        return parent
-    sync = np.flatnonzero(~table.is_async)
-    if len(sync) == 0:
-        return parent
-    thread = table.thread_index[sync].astype(np.int64)
-    start = table.start_ns[sync]
-    end = table.end_ns[sync]
-    found = _parents_by_depth(thread, start, end)
-    if found is None:
-        found = np.full(len(sync), -1, dtype=np.int64)
-        bad_threads = sorted(set(thread.tolist()))
-    else:
-        bad_threads = _threads_not_nested(thread, start, end, found)
-    for t in bad_threads:
-        rows = np.flatnonzero(thread == t)
-        found[rows] = _parents_by_stack(start[rows], end[rows], rows)
+    is_async = table.is_async
+    sync = np.flatnonzero(~is_async) if is_async.any() else None
+    thread, start, end = table.thread_index, table.start_ns, table.end_ns
+    if sync is not None:
+        thread, start, end = thread[sync], start[sync], end[sync]
+    found: Optional[np.ndarray] = None
+    for rows in _thread_rows(thread):
+        s, e = (start, end) if rows is None else (start[rows], end[rows])
+        local = _parents_by_depth(s, e)
+        if local is None:
+            local = _parents_by_stack(s, e, np.arange(len(s)))
+        if rows is None:  # one thread: its positions are the rows
+            found = local
+            continue
+        if found is None:
+            found = np.full(len(start), -1, dtype=np.int64)
+        found[rows] = np.where(local >= 0, rows[np.maximum(local, 0)], -1)
+    if found is None:  # no events
+        found = np.full(len(start), -1, dtype=np.int64)
+    if sync is None:
+        return found
+    parent = np.full(len(table), -1, dtype=np.int64)
     parent[sync] = np.where(found >= 0, sync[np.maximum(found, 0)], -1)
     return parent
 
 
-def _parents_by_depth(thread: np.ndarray, start: np.ndarray,
-                      end: np.ndarray) -> Optional[np.ndarray]:
-    """Parents (positions in the given order) assuming intervals nest cleanly.
+def _thread_rows(thread: np.ndarray):
+    """Each thread's positions in ``thread`` (ascending), or one None when all are one thread."""
+    if len(thread) == 0:
+        return
+    if not (thread != thread[0]).any():
+        yield None
+        return
+    order = _stable_order(thread.astype(np.int64) - int(thread.min()))
+    counts = np.bincount(thread[order] - thread.min())
+    bounds = np.concatenate(([0], np.cumsum(counts[counts > 0])))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        yield order[lo:hi]
+
+
+def _parents_by_depth(start: np.ndarray, end: np.ndarray) -> Optional[np.ndarray]:
+    """One thread's parents (positions), or None where its intervals do not nest cleanly.
 
     Rows are sorted by (start, -end). An event's depth is the number of
-    earlier non-zero-length events on its thread minus those already closed
-    (end <= its start: touching ranges do not nest). Zero-length events never
-    contain anything, so they leave other depths alone. The parent is the
-    latest earlier event one level up on the same thread.
+    earlier non-zero-length events still open at its start (end after it:
+    touching ranges do not nest); zero-length events never contain anything.
+    The parent is the latest earlier event one level up. Each step is a
+    linear pass or a search with ascending keys, so the cost stays linear.
+    The answer is checked: every parent contains its child and exactly the
+    events of depth 0 are roots. Then the open events at each start are its
+    ancestors, which is what torch's stack holds, so the answer is torch's;
+    where the check fails (crossing ranges), None.
+
+    >>> _parents_by_depth(np.array([0, 1, 2, 5]), np.array([9, 4, 3, 6])).tolist()
+    [-1, 0, 1, 0]
     """
     n = len(start)
-    idx = np.arange(n, dtype=np.int64)
-    t = thread.astype(np.int64)
-    tmin = int(start.min())
-    span = int(max(end.max(), start.max())) - tmin + 2
-    n_threads = int(t.max()) + 1
-    if span * n_threads >= 2 ** 62:  # packed keys would overflow
-        return None
+    if n < 2:
+        return np.full(n, -1, dtype=np.int64)
+    if _all_roots(start, end):
+        return np.full(n, -1, dtype=np.int64)
     nonzero = end > start
-    # rank among earlier non-zero events of the same thread (stable: keeps order)
-    nz = nonzero.astype(np.int64)
-    if n_threads == 1:
-        rank = np.cumsum(nz) - nz
-    else:
-        by_thread = _stable_order(t)
-        nz_sorted = nz[by_thread]
-        csum = np.cumsum(nz_sorted) - nz_sorted
-        first_of_thread = np.searchsorted(t[by_thread], np.arange(n_threads), side="left")
-        csum -= csum[first_of_thread][t[by_thread]]
-        rank = np.empty(n, dtype=np.int64)
-        rank[by_thread] = csum
-    # non-zero events already closed at each start
-    ends = np.sort(t[nonzero] * span + (end[nonzero] - tmin))
-    starts_key = t * span + (start - tmin)
-    closed = np.searchsorted(ends, starts_key, side="right") - \
-        np.searchsorted(ends, t * span, side="left")
-    depth = rank - closed
-    levels = int(depth.max()) + 2
-    level_key = t * levels + depth
-    # (thread, depth, position) keys in order: a stable sort of the small
-    # (thread, depth) key keeps positions ascending within each group
-    by_level = _stable_order(level_key)
-    sorted_keys = level_key[by_level] * n + by_level
-    query = (level_key - 1) * n + idx
-    pos = np.searchsorted(sorted_keys, query) - 1
-    cand = sorted_keys[np.maximum(pos, 0)]
-    ok = (pos >= 0) & (depth > 0) & (cand // n == query // n)
-    return np.where(ok, cand % n, -1)
+    depth = np.cumsum(nonzero)
+    depth -= nonzero  # non-zero events before each
+    ends = end[nonzero]
+    if not bool((ends[1:] >= ends[:-1]).all()):
+        ends.sort()
+    depth -= np.searchsorted(ends, start, side="right")  # minus those closed by its start
+    del ends, nonzero
+    if int(depth.max()) >= 1 << 16:
+        return None
+    # positions grouped by depth, ascending within a level (radix sort of 16-bit keys)
+    by_level = np.argsort(depth.astype(np.uint16), kind="stable")
+    keys = depth[by_level] * n + by_level  # ascending
+    # the latest position one level up: keys below (depth - 1) * n + position
+    pos = np.searchsorted(keys, keys - n) - 1
+    cand = keys[np.maximum(pos, 0)]
+    low = (depth[by_level] - 1) * n
+    found = np.empty(n, dtype=np.int64)
+    found[by_level] = np.where((pos >= 0) & (cand >= low), cand - low, -1)
+    del keys, pos, cand, low, by_level
+    has = found >= 0
+    if not np.array_equal(has, depth > 0):
+        return None
+    p = found[has]
+    s, e = start[has], end[has]
+    if not bool(((start[p] <= s) & (e <= end[p]) & (s < end[p])).all()):
+        return None
+    return found
+
+
+def _all_roots(start: np.ndarray, end: np.ndarray, step: int = 1 << 20) -> bool:
+    """True when no event reaches past a later one's start (nothing nests): the
+    latest end so far, taken a block at a time, never exceeds the next start.
+
+    >>> _all_roots(np.array([0, 5, 5]), np.array([5, 5, 9])), _all_roots(np.array([0, 1]), np.array([5, 2]))
+    (True, False)
+    """
+    reach = None
+    for lo in range(0, len(start), step):
+        hi = min(len(start), lo + step)
+        if reach is not None and reach > start[lo]:
+            return False
+        latest = np.maximum.accumulate(end[lo:hi])
+        if reach is not None:
+            np.maximum(latest, reach, out=latest)
+        if not bool((latest[:-1] <= start[lo + 1:hi]).all()):
+            return False
+        reach = latest[-1]
+    return True
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -120,22 +160,6 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
     if len(keys) and int(keys.max()) < 1 << 16 and int(keys.min()) >= 0:
         keys = keys.astype(np.uint16)
     return np.argsort(keys, kind="stable")
-
-
-def _threads_not_nested(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
-                        parent: np.ndarray) -> list:
-    """Threads where the depth tree is not a clean nesting (then the stack rule differs)."""
-    has = parent >= 0
-    p = np.maximum(parent, 0)
-    inside = ~has | ((start[p] <= start) & (end <= end[p]) & (start < end[p]))
-    # siblings (same parent, same thread) must not overlap, in start order
-    sib_order = np.lexsort((np.arange(len(start)), parent, thread))
-    same = (thread[sib_order][1:] == thread[sib_order][:-1]) & \
-        (parent[sib_order][1:] == parent[sib_order][:-1])
-    overlap = same & (start[sib_order][1:] < end[sib_order][:-1])
-    bad = set(thread[~inside].tolist())
-    bad.update(thread[sib_order][1:][overlap].tolist())
-    return sorted(bad)
 
 
 def _parents_by_stack(start: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -167,6 +191,8 @@ def fold_duplicate_children(table: EventTable, parent: np.ndarray) -> np.ndarray
     """
     n = len(table)
     keep = np.ones(n, dtype=bool)
+    if not (parent >= 0).any():
+        return keep
     names = table.name_id
     while True:
         live_parent = np.where(keep, parent, -1)
@@ -193,12 +219,28 @@ def build_tree(table: EventTable) -> EventTable:
     table.parent = parent
     if not keep.all():
         table = table.take(keep)
-    dur = table.duration_ns
-    child_total = np.zeros(len(table), dtype=np.int64)
+    self_ns = table.duration_ns
     has = table.parent >= 0
-    np.add.at(child_total, table.parent[has], dur[has])
-    table.self_ns = dur - child_total
+    if has.any():
+        self_ns -= _child_totals(table.parent[has], self_ns[has], len(table))
+    table.self_ns = self_ns
     return table
+
+
+def _child_totals(parent: np.ndarray, duration: np.ndarray, n: int) -> np.ndarray:
+    """Per event, the summed durations of its children (exact integers).
+
+    ``np.bincount`` sums in float64, exact while every total is below 2**53 ns
+    (104 days); longer totals are summed with ``np.add.at``.
+
+    >>> _child_totals(np.array([0, 0, 2]), np.array([3, 4, 5]), 3).tolist()
+    [7, 0, 5]
+    """
+    if max(int(duration.max()), -int(duration.min())) * len(duration) < 1 << 53:
+        return np.bincount(parent, weights=duration, minlength=n).astype(np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, parent, duration)
+    return total
 
 
 def infer_backward_nodes(table: EventTable) -> None:

@@ -94,7 +94,7 @@ class NativeCollector:
             warnings.warn(f"opscope: {dropped} ops, inputs, stacks or allocations were left "
                           f"out while recording (memory ran out, or torch could not describe an "
                           f"input); what was recorded is kept", RuntimeWarning, stacklevel=2)
-        records = np.frombuffer(blob, dtype=RECORD_DTYPE).copy()
+        records = np.frombuffer(blob, dtype=RECORD_DTYPE)  # a bytearray: writable, not copied
         unfinished = records["end_ns"] == 0  # open at stop: they end there, not before they start
         records["end_ns"][unfinished] = np.maximum(records["start_ns"][unfinished], stop_ns)
         stack_ids = table = None

@@ -1834,21 +1834,25 @@ void to_clock_ns(Record* recs, size_t n, ClockPoint stop_point) {
   }
 }
 
-// Frees the chunks whose records have all ended: they are never written
-// again. A chunk holding an open record stays for its late end.
-void free_finished_chunks(ThreadBuffer& t) {
-  for (size_t c = 0; c < t.chunks.size(); ++c) {
-    char* slots = t.chunks[c].get();
-    if (slots == nullptr) continue;  // freed before (an earlier stop, or a fork)
-    size_t k = t.used_in(c);
-    bool held = false;
-    for (size_t i = 0; i < k && !held; ++i) {
-      const Record* r = slot_record(slots + i * kSlotBytes);
-      held = __atomic_load_n(&r->context_held, __ATOMIC_ACQUIRE) != 0 ||
-             __atomic_load_n(&r->end_ns, __ATOMIC_RELAXED) == 0;
+// Frees chunk c when all its records have ended: it is never written again.
+// A chunk holding an open record stays for its late end.
+void free_chunk_if_finished(ThreadBuffer& t, size_t c) {
+  char* slots = t.chunks[c].get();
+  if (slots == nullptr) return;  // freed before (an earlier stop, or a fork)
+  size_t k = t.used_in(c);
+  for (size_t i = 0; i < k; ++i) {
+    const Record* r = slot_record(slots + i * kSlotBytes);
+    if (__atomic_load_n(&r->context_held, __ATOMIC_ACQUIRE) != 0 ||
+        __atomic_load_n(&r->end_ns, __ATOMIC_RELAXED) == 0) {
+      return;
     }
-    if (!held) t.chunks[c].reset();
   }
+  t.chunks[c].reset();
+}
+
+// Frees the chunks whose records have all ended.
+void free_finished_chunks(ThreadBuffer& t) {
+  for (size_t c = 0; c < t.chunks.size(); ++c) free_chunk_if_finished(t, c);
 }
 
 // Frees what earlier sessions kept for a range still open at their stop
@@ -1861,18 +1865,24 @@ void free_chunks_of_ended_ranges() {
   }
 }
 
-// Copies a thread's records out of their slots: the internal flag is cleared,
-// and a record not ended yet (end 0) is flagged unfinished.
-Record* copy_records(const ThreadBuffer& t, Record* dst) {
+// Copies a thread's records out of their slots, a chunk at a time: the
+// internal flag is cleared, a record not ended yet (end 0) is flagged
+// unfinished, and times become ns while the chunk is in cache. Each chunk
+// whose records have all ended is freed once copied, so that the records
+// are not held twice at the peak of a long session's stop.
+Record* copy_records(ThreadBuffer& t, Record* dst, ClockPoint stop_point) {
   for (size_t c = 0; c < t.chunks.size(); ++c) {
     const char* slots = t.chunks[c].get();
     size_t k = t.used_in(c);
+    Record* first = dst;
     for (size_t i = 0; i < k; ++i, ++dst) {
       std::memcpy(dst, slots + i * kSlotBytes + sizeof(Ctx), sizeof(Record));
       dst->thread_index = t.index;
       dst->context_held = 0;
       if (dst->end_ns == 0) dst->flags = uint8_t(dst->flags | kFlagUnfinished);
     }
+    to_clock_ns(first, k, stop_point);
+    free_chunk_if_finished(t, c);
   }
   return dst;
 }
@@ -1918,7 +1928,7 @@ py::tuple collect_stacks(const std::vector<ThreadBuffer*>& threads, size_t total
   return py::make_tuple(as_bytes(ids), as_bytes(begin), as_bytes(entries), frames);
 }
 
-// Stops recording and returns the session as plain bytes:
+// Stops recording and returns the session as plain bytes (the records as a bytearray):
 // (records, shapes_per_thread, thread_os_ids, names, stop_ns, memory, stacks)
 // where stacks is None without with_stack (see collect_stacks).
 py::tuple stop() {
@@ -1948,19 +1958,20 @@ py::tuple stop() {
   int64_t stop_ns = stop_point.ns;
   size_t total = 0;
   for (ThreadBuffer* t : s->threads) total += t->count();
-  std::string blob(total * sizeof(Record), '\0');
-  char* dst = &blob[0];
-  Record* out_records = reinterpret_cast<Record*>(dst);
+  // The records go straight into a bytearray (writable, so Python takes it
+  // without a copy), uninitialised: every byte is written below.
+  py::object blob = py::reinterpret_steal<py::object>(
+      PyByteArray_FromStringAndSize(nullptr, Py_ssize_t(total * sizeof(Record))));
+  if (!blob) throw py::error_already_set();
+  Record* dst = reinterpret_cast<Record*>(PyByteArray_AS_STRING(blob.ptr()));
   py::list shapes, tids;
   for (ThreadBuffer* t : s->threads) {
-    dst = reinterpret_cast<char*>(copy_records(*t, reinterpret_cast<Record*>(dst)));
+    dst = copy_records(*t, dst, stop_point);
     shapes.append(py::bytes(t->shapes.joined()));
     tids.append(t->os_tid);
-    free_finished_chunks(*t);
     t->shapes.release();
     t->stopped.store(true, std::memory_order_release);
   }
-  to_clock_ns(out_records, total, stop_point);
   size_t n_mem = 0;
   for (ThreadBuffer* t : s->threads) n_mem += t->memory.size();
   std::string mem_blob(n_mem * sizeof(MemRecord), '\0');
@@ -1985,7 +1996,7 @@ py::tuple stop() {
     std::lock_guard<std::mutex> gn(g_names.mu);
     for (const auto& n : g_names.names) names.append(py::str(n));
   }
-  return py::make_tuple(py::bytes(blob), shapes, tids, names, stop_ns, py::bytes(mem_blob),
+  return py::make_tuple(blob, shapes, tids, names, stop_ns, py::bytes(mem_blob),
                         stacks);
 }
 

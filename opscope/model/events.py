@@ -179,10 +179,32 @@ class EventTable:
         self.base_ns = base_ns
         self.epoch_offset_ns = epoch_offset_ns
         self.thread_ids = np.asarray(thread_ids if thread_ids is not None else [], dtype=np.int64)
-        n = len(self.name_id)
         self._signatures: Optional[Tuple[np.ndarray, List[RecordedInputs]]] = None
-        self.parent = np.full(n, -1, dtype=np.int64)
-        self.self_ns = self.end_ns - self.start_ns
+        # made when first read: build_tree sets both, and a fresh column costs page faults
+        self._parent: Optional[np.ndarray] = None
+        self._self_ns: Optional[np.ndarray] = None
+
+    @property
+    def parent(self) -> np.ndarray:
+        """Parent row of each event (-1: a root), as ``analysis.tree.build_tree`` sets it."""
+        if self._parent is None:
+            self._parent = np.full(len(self), -1, dtype=np.int64)
+        return self._parent
+
+    @parent.setter
+    def parent(self, value: np.ndarray) -> None:
+        self._parent = value
+
+    @property
+    def self_ns(self) -> np.ndarray:
+        """Self time of each event (its duration until ``build_tree`` sets it)."""
+        if self._self_ns is None:
+            self._self_ns = self.end_ns - self.start_ns
+        return self._self_ns
+
+    @self_ns.setter
+    def self_ns(self, value: np.ndarray) -> None:
+        self._self_ns = value
 
     @classmethod
     def from_raw(cls, raw: RawSession) -> "EventTable":
@@ -199,11 +221,13 @@ class EventTable:
 
         own = ("stack_id", "record")
         columns = {name: column(rec[name]) for name in cls.COLUMNS if name not in own}
-        columns["record"] = column(np.arange(len(rec), dtype=np.int64))
+        index = np.int32 if len(rec) < 1 << 31 else np.int64  # 4 bytes a row where they do
+        columns["record"] = (np.arange(len(rec), dtype=index) if order is None
+                             else order.astype(index))
         if raw.stack_ids is not None and len(raw.stack_ids) == len(rec):
-            columns["stack_id"] = column(np.asarray(raw.stack_ids), np.int64)
+            columns["stack_id"] = column(np.asarray(raw.stack_ids), np.int32)
         else:
-            columns["stack_id"] = np.full(len(rec), NO_STACK, dtype=np.int64)
+            columns["stack_id"] = np.full(len(rec), NO_STACK, dtype=np.int32)
         return cls(SymbolTable(raw.names), columns, raw=raw, base_ns=raw.start_ns,
                    epoch_offset_ns=raw.epoch_offset_ns, thread_ids=raw.thread_ids)
 
