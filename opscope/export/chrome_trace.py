@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -139,10 +139,9 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
             out.line(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
 
     write_device_processes(session, start_us, out.line)
-    ts_ns = table.start_ns + shift
-    _write_ops(session, pid, ts_ns, out)
+    _write_ops(session, pid, shift, out)
     _write_marks(session, pid, shift, out)
-    _write_flows(session, pid, ts_ns, out)
+    _write_flows(session, pid, shift, out)
     write_device_events(session, pid, shift, out.line)
     if session.memory is not None:
         _write_memory(session, pid, shift, out)
@@ -156,37 +155,55 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
              '"ts": %s}' % _us(win_stop + shift))
 
 
-def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
-               out: _ChunkWriter) -> None:
-    """One ``X`` line per table row except memory rows (written as instants).
+# Rows laid out per JsonRows: the writer's temporaries are this many rows, not the session's.
+OPS_BATCH = 1 << 18
+
+
+def _write_ops(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
+    """One ``X`` line per table row except memory rows (written as instants), a batch
+    of ``OPS_BATCH`` rows at a time, so that memory stays bounded however long the
+    session. The lines do not depend on the batches."""
+    table = session.table
+    extra = _extra_args(session)
+    correlation = session_correlations(session)
+    for lo in range(0, len(table), OPS_BATCH):
+        flags = table.flags[lo:lo + OPS_BATCH]
+        rows = np.flatnonzero((flags & FLAG_MEMORY) == 0) + lo
+        if len(rows):
+            out.rows(_op_lines(session, pid, shift, rows, extra, correlation))
+
+
+def _op_lines(session: ProfileSession, pid: int, shift: int, rows: np.ndarray,
+              extra: List[Any], correlation: Optional[np.ndarray]) -> JsonRows:
+    """The ``X`` lines of ``rows``.
 
     Names, threads and extra args are rendered once per distinct value and
     picked per row; the numbers are rendered by ``JsonRows`` in bulk.
     """
     table = session.table
-    rows = np.flatnonzero((table.flags & FLAG_MEMORY) == 0)
-    if len(rows) == 0:
-        return
     # '"cat": ..., "name": ..., "pid": P, "tid": T' per distinct (range?, name, thread)
-    tids = table.os_tid
+    tid_of = np.asarray(table.thread_ids, dtype=np.int64)
+    tids = tid_of[table.thread_index[rows]] if len(tid_of) else np.zeros(len(rows), np.int64)
     tid_values, tid_code = np.unique(tids, return_inverse=True)
-    is_user = table.scope == SCOPE_USER
-    key = (table.name_id.astype(np.int64) * 2 + is_user) * len(tid_values) + tid_code
-    _, first, head_index = np.unique(key[rows], return_index=True, return_inverse=True)
-    cats = row_categories(table)
+    is_user = table.scope[rows] == SCOPE_USER
+    key = (table.name_id[rows].astype(np.int64) * 2 + is_user) * len(tid_values) + tid_code
+    _, first, head_index = np.unique(key, return_index=True, return_inverse=True)
+    cats = row_categories(table, rows[first])
     heads = StringTable([  # rendered from one row of each distinct key
         '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (
-            cats[r], json.dumps(table.name(r)), pid, tids[r])
-        for r in rows[first].tolist()])
-    dur_ns = np.maximum(table.end_ns - table.start_ns, 0)
+            cat, json.dumps(table.name(r)), pid, tid)
+        for cat, r, tid in zip(cats, rows[first].tolist(), tids[first].tolist())])
+    start = table.start_ns[rows]
+    dur_ns = np.maximum(table.end_ns[rows] - start, 0)
+    start += shift
     seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
     lines = JsonRows(len(rows))
     lines.text('{"ph": "X", ')
     lines.choice(heads, head_index)
     lines.text(', "ts": ')
-    lines.number(ts_ns[rows], micros=True)
+    lines.number(start, micros=True)
     lines.text(', "dur": ')
-    lines.number(dur_ns[rows], micros=True)
+    lines.number(dur_ns, micros=True)
     lines.text(', "args": {"External id": ')
     lines.number(rows + 1)
     lines.text(", ")
@@ -197,13 +214,12 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.number(fwd, present=has_seq)
     lines.text(", ", has_seq)
     lines.text('"Record function id": 0, ')
-    correlation = session_correlations(session)
     if correlation is not None:  # CUDA API calls: the id their device work carries
         has_corr = correlation[rows] > 0
         lines.text('"correlation": ', has_corr)
         lines.number(correlation[rows], present=has_corr)
         lines.text(", ", has_corr)
-    for part in _extra_args(session):
+    for part in extra:
         if isinstance(part, tuple):
             lines.choice(part[0], part[1][rows])
         else:
@@ -214,11 +230,10 @@ def _write_ops(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.text('"Ev Idx": ')
     lines.number(rows)
     lines.text("}}")
-    out.rows(lines)
+    return lines
 
 
-def _write_flows(session: ProfileSession, pid: int, ts_ns: np.ndarray,
-                 out: _ChunkWriter) -> None:
+def _write_flows(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
     """An ``s``/``f`` pair of ``fwdbwd`` flow events per forward/backward link."""
     links = _link_rows(session)
     if len(links) == 0:
@@ -235,7 +250,7 @@ def _write_flows(session: ProfileSession, pid: int, ts_ns: np.ndarray,
     lines.text(', "pid": %d, "tid": ' % pid)
     lines.number(tids[rows])
     lines.text(', "ts": ')
-    lines.number(ts_ns[rows], micros=True)
+    lines.number(session.table.start_ns[rows] + shift, micros=True)
     lines.text(', "cat": "fwdbwd", "name": "fwdbwd"')
     lines.text(', "bp": "e"', is_end)
     lines.text("}")

@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -33,11 +33,14 @@ from opscope.model.records import FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME, SCOPE_USE
 Line = Callable[[str], None]
 
 
-def row_categories(table) -> List[str]:
-    """The ``cat`` of each op row: user_annotation, cpu_op, cuda_runtime or cuda_driver."""
-    cats = np.where(table.scope == SCOPE_USER, "user_annotation", "cpu_op").astype(object)
-    cats[(table.flags & FLAG_CUDA_RUNTIME) != 0] = "cuda_runtime"
-    cats[(table.flags & FLAG_CUDA_DRIVER) != 0] = "cuda_driver"
+def row_categories(table, rows: Optional[np.ndarray] = None) -> List[str]:
+    """The ``cat`` of each op row (of ``rows``; None: all): user_annotation, cpu_op,
+    cuda_runtime or cuda_driver."""
+    scope, flags = (table.scope, table.flags) if rows is None else (table.scope[rows],
+                                                                    table.flags[rows])
+    cats = np.where(scope == SCOPE_USER, "user_annotation", "cpu_op").astype(object)
+    cats[(flags & FLAG_CUDA_RUNTIME) != 0] = "cuda_runtime"
+    cats[(flags & FLAG_CUDA_DRIVER) != 0] = "cuda_driver"
     return cats.tolist()
 
 
