@@ -57,6 +57,16 @@ def native_only(monkeypatch):
     monkeypatch.setenv("OPSCOPE_COLLECTOR", "native")
 
 
+@pytest.fixture(scope="session")
+def warm_python():
+    """A Python that has imported torch, forked for each ``run`` (tests/warm_python.py): for
+    commands that import torch before opscope, as ``python -c "import torch, opscope..."``."""
+    from warm_python import WarmPython
+
+    with WarmPython(["torch"]) as warm:
+        yield warm
+
+
 def reference_dir() -> Path:
     """../shared/reference/torch-2.13-cpu beside the repo (CI), else /work/shared."""
     repo = Path(__file__).resolve().parents[1]

@@ -40,9 +40,23 @@ PROBE = textwrap.dedent("""
 """)
 
 
+_warm = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm(warm_python):
+    """``run`` forks the warm Python for this interpreter: the probes import torch, then
+    opscope, whose cache handling is what they test; each fork imports opscope afresh."""
+    global _warm
+    _warm = warm_python
+    yield
+    _warm = None
+
+
 def run(cache: Path, *, quiet: bool = True, code: str = PROBE, python: str = sys.executable,
         extra_env: dict = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh process on ``cache``; kill its whole group on timeout."""
+    """Run ``code`` in a fresh process on ``cache`` (a fork of the warm Python when
+    ``python`` is this one); kill its whole group on timeout."""
     env = dict(os.environ)
     for name in ("OPSCOPE_COLLECTOR", "OPSCOPE_FORCE_BUILD_FAILURE", "OPSCOPE_QUIET_BUILD",
                  "OPSCOPE_BUILD_WAIT"):
@@ -52,6 +66,8 @@ def run(cache: Path, *, quiet: bool = True, code: str = PROBE, python: str = sys
     env["OPSCOPE_CACHE_DIR"] = str(cache)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra_env or {})
+    if python == sys.executable and _warm is not None:
+        return _warm.run(["-c", code], env=env, timeout=timeout)
     proc = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
     try:

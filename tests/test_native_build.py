@@ -5,7 +5,6 @@ tests/test_build_cache.py."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
@@ -40,19 +39,19 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_script(env_extra, tmp_path):
+def run_script(env_extra, tmp_path, warm_python):
+    """SCRIPT in a fork of the warm Python (it imports torch first, then opscope afresh)."""
     import os
 
     env = dict(os.environ)
     env.pop("OPSCOPE_COLLECTOR", None)
     env.update(env_extra)
     env["OPSCOPE_CACHE_DIR"] = str(tmp_path / "cache")
-    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return warm_python.run(["-c", SCRIPT], env=env, timeout=300)
 
 
-def test_failed_build_prints_one_line_and_falls_back(tmp_path):
-    proc = run_script({"OPSCOPE_FORCE_BUILD_FAILURE": "1"}, tmp_path)
+def test_failed_build_prints_one_line_and_falls_back(tmp_path, warm_python):
+    proc = run_script({"OPSCOPE_FORCE_BUILD_FAILURE": "1"}, tmp_path, warm_python)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("opscope:")]
     assert len(lines) == 1
@@ -62,15 +61,15 @@ def test_failed_build_prints_one_line_and_falls_back(tmp_path):
     assert "KINETO False" in proc.stdout
 
 
-def test_forcing_native_when_the_build_fails_is_an_error(tmp_path):
+def test_forcing_native_when_the_build_fails_is_an_error(tmp_path, warm_python):
     proc = run_script({"OPSCOPE_FORCE_BUILD_FAILURE": "1", "OPSCOPE_COLLECTOR": "native"},
-                      tmp_path)
+                      tmp_path, warm_python)
     assert proc.returncode != 0
     assert "OPSCOPE_COLLECTOR=native" in proc.stderr
 
 
-def test_bad_collector_name_is_rejected(tmp_path):
-    proc = run_script({"OPSCOPE_COLLECTOR": "kineto"}, tmp_path)
+def test_bad_collector_name_is_rejected(tmp_path, warm_python):
+    proc = run_script({"OPSCOPE_COLLECTOR": "kineto"}, tmp_path, warm_python)
     assert proc.returncode != 0
     assert "OPSCOPE_COLLECTOR must be 'native' or 'python'" in proc.stderr
 
