@@ -33,8 +33,12 @@ for _ in range(steps):
 """
 
 
-def opscope_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def opscope_cli(warm, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m opscope ARGS``: in a fork of ``warm`` (tests/warm_python.py, torch imported
+    already) unless it is None; this file's plain run and ``--help`` start a real one."""
     env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_COLLECTOR"}
+    if warm is not None:
+        return warm.run(["-m", "opscope", *args], cwd=cwd, env=env, timeout=TIMEOUT_S)
     return subprocess.run([sys.executable, "-m", "opscope", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
 
@@ -83,7 +87,7 @@ def plain_run(tmp_path_factory):
     write into it."""
     folder = tmp_path_factory.mktemp("plain_run")
     write_script(folder, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--row-limit", "50", "train.py", cwd=folder)
+    result = opscope_cli(None, "run", "-o", "out", "--row-limit", "50", "train.py", cwd=folder)
     return result, folder
 
 
@@ -99,10 +103,10 @@ def test_run_prints_table_and_writes_trace(plain_run):
 
 
 @pytest.mark.parametrize("launch", [[], ["--nproc-per-node", "2"]], ids=["run", "nproc"])
-def test_run_script_with_a_syntax_error_writes_nothing(tmp_path, launch):
+def test_run_script_with_a_syntax_error_writes_nothing(tmp_path, launch, warm_python):
     """Python's own message, exit 1, no trace, no table: there was nothing to profile."""
     write_script(tmp_path, "bad.py", "import torch\nx = (\n")
-    result = opscope_cli("run", "-o", "out", *launch, "bad.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", *launch, "bad.py", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines()[-1] == "SyntaxError: '(' was never closed"
@@ -110,15 +114,16 @@ def test_run_script_with_a_syntax_error_writes_nothing(tmp_path, launch):
     assert not (tmp_path / "out").exists()
 
 
-def test_run_default_output_dir_and_row_limit(tmp_path):
+def test_run_default_output_dir_and_row_limit(tmp_path, warm_python):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "--row-limit", "3", "--sort", "count", "train.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "--row-limit", "3", "--sort", "count", "train.py",
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(table_names(result.stdout)) == 3
     assert (tmp_path / "opscope-out" / "train.pt.trace.json").is_file()
 
 
-def test_run_passes_script_args_and_path_through(tmp_path):
+def test_run_passes_script_args_and_path_through(tmp_path, warm_python):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     write_script(scripts, "helper.py", "VALUE = 'from-the-script-folder'\n")
@@ -130,7 +135,8 @@ def test_run_passes_script_args_and_path_through(tmp_path):
         """)
     seen = tmp_path / "seen.json"
     script_args = [str(seen), "-o", "elsewhere", "--schedule", "nonsense", "--help", "--", "x y"]
-    result = opscope_cli("run", "-o", "out", "scripts/show.py", *script_args, cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", "scripts/show.py", *script_args,
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     got = json.loads(seen.read_text())
     assert got == {"argv": ["scripts/show.py", *script_args], "name": "__main__",
@@ -139,27 +145,27 @@ def test_run_passes_script_args_and_path_through(tmp_path):
     assert (tmp_path / "out" / "show.pt.trace.json").is_file()
 
 
-def test_run_keeps_the_script_exit_code(tmp_path):
+def test_run_keeps_the_script_exit_code(tmp_path, warm_python):
     write_script(tmp_path, "quit.py", TRAIN_SCRIPT + "sys.exit(3)\n")
-    result = opscope_cli("run", "-o", "out", "quit.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", "quit.py", cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert "aten::addmm" in trace_names(tmp_path / "out" / "quit.pt.trace.json")
 
 
-def test_run_exit_with_message_prints_it_and_exits_1(tmp_path):
+def test_run_exit_with_message_prints_it_and_exits_1(tmp_path, warm_python):
     write_script(tmp_path, "quit.py", "import sys\nsys.exit('stopping-here')\n")
-    result = opscope_cli("run", "-o", "out", "quit.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", "quit.py", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == "stopping-here"
 
 
-def test_run_uncaught_exception_prints_traceback_and_keeps_trace(tmp_path):
+def test_run_uncaught_exception_prints_traceback_and_keeps_trace(tmp_path, warm_python):
     write_script(tmp_path, "boom.py", TRAIN_SCRIPT + textwrap.dedent("""\
         def fail():
             raise ValueError("boom-marker")
         fail()
         """))
-    result = opscope_cli("run", "-o", "out", "boom.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", "boom.py", cwd=tmp_path)
     assert result.returncode == 1
     err = result.stderr
     assert "Traceback (most recent call last):" in err
@@ -170,9 +176,10 @@ def test_run_uncaught_exception_prints_traceback_and_keeps_trace(tmp_path):
     assert "aten::addmm" in trace_names(tmp_path / "out" / "boom.pt.trace.json")
 
 
-def test_run_schedule_steps_on_optimizer_step(tmp_path):
+def test_run_schedule_steps_on_optimizer_step(tmp_path, warm_python):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--schedule", "1,1,2,2", "--row-limit", "-1",
+    result = opscope_cli(warm_python, "run", "-o", "out", "--schedule", "1,1,2,2",
+                         "--row-limit", "-1",
                          "train.py", "8", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "ProfilerStep*" in table_names(result.stdout)
@@ -189,11 +196,11 @@ def test_run_schedule_steps_on_optimizer_step(tmp_path):
         assert os.path.join("out", name) in result.stderr
 
 
-def test_run_schedule_window_cut_by_the_end_is_named_partial(tmp_path):
+def test_run_schedule_window_cut_by_the_end_is_named_partial(tmp_path, warm_python):
     """Steps 0-1 make a whole window; step 2 and the end of the script after the third
     optimizer.step() (step 3, never finished) are written at stop as a partial window."""
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--schedule", "0,0,2", "train.py", "3",
+    result = opscope_cli(warm_python, "run", "-o", "out", "--schedule", "0,0,2", "train.py", "3",
                          cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
@@ -204,20 +211,20 @@ def test_run_schedule_window_cut_by_the_end_is_named_partial(tmp_path):
                                                                      "ProfilerStep#3"}
 
 
-def test_run_schedule_never_reaching_a_window_says_so(tmp_path):
+def test_run_schedule_never_reaching_a_window_says_so(tmp_path, warm_python):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--schedule", "5,1,1", "train.py", "2",
+    result = opscope_cli(warm_python, "run", "-o", "out", "--schedule", "5,1,1", "train.py", "2",
                          cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "nothing was recorded" in result.stderr
     assert os.listdir(tmp_path / "out") == []
 
 
-def test_run_record_flags_reach_the_profiler(tmp_path, plain_run):
+def test_run_record_flags_reach_the_profiler(tmp_path, plain_run, warm_python):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
     flags = {"--record-shapes": "record_shapes", "--memory": "profile_memory",
              "--stack": "with_stack", "--flops": "with_flops", "--modules": "with_modules"}
-    result = opscope_cli("run", "-o", "on", *flags, "train.py", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "on", *flags, "train.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "on" / "train.pt.trace.json") as f:
         doc = json.load(f)
@@ -239,7 +246,7 @@ def test_run_record_flags_reach_the_profiler(tmp_path, plain_run):
 @pytest.mark.parametrize("value", ["1,1", "-1,1,1"])
 def test_run_bad_schedule_is_one_line_usage_error(tmp_path, value):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "--schedule", value, "train.py", cwd=tmp_path)
+    result = opscope_cli(None, "run", "--schedule", value, "train.py", cwd=tmp_path)
     assert_usage_error(result, "--schedule")
     if not value.startswith("-"):
         assert "WAIT,WARMUP,ACTIVE[,REPEAT]" in result.stderr
@@ -247,14 +254,14 @@ def test_run_bad_schedule_is_one_line_usage_error(tmp_path, value):
 
 
 def test_run_missing_script_is_usage_error(tmp_path):
-    result = opscope_cli("run", "-o", "out", "no_such_script.py", "--arg", cwd=tmp_path)
+    result = opscope_cli(None, "run", "-o", "out", "no_such_script.py", "--arg", cwd=tmp_path)
     assert_usage_error(result, "no_such_script.py", "not found")
 
 
 def test_run_unwritable_output_dir_is_usage_error(tmp_path):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
     (tmp_path / "a_file").write_text("")
-    result = opscope_cli("run", "-o", "a_file/sub", "train.py", cwd=tmp_path)
+    result = opscope_cli(None, "run", "-o", "a_file/sub", "train.py", cwd=tmp_path)
     assert_usage_error(result, "-o/--output-dir", "a_file/sub")
 
 
@@ -305,8 +312,8 @@ def test_bad_collector_environment_is_usage_error(tmp_path, monkeypatch, capsys)
 
 # -- demo and help --------------------------------------------------------------------
 
-def test_demo_writes_its_trace(tmp_path):
-    result = opscope_cli("demo", "-o", "out", "--steps", "3", cwd=tmp_path)
+def test_demo_writes_its_trace(tmp_path, warm_python):
+    result = opscope_cli(warm_python, "demo", "-o", "out", "--steps", "3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     names = table_names(result.stdout)
     assert len(names) == 20 and any(n.startswith("aten::") for n in names)
@@ -319,7 +326,7 @@ def test_demo_writes_its_trace(tmp_path):
 
 @pytest.mark.parametrize("verb", [[], ["run"], ["demo"]])
 def test_help_for_each_verb(tmp_path, verb):
-    result = opscope_cli(*verb, "--help", cwd=tmp_path)
+    result = opscope_cli(None, *verb, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: {' '.join(['opscope', *verb])}")
     assert result.stderr == ""
@@ -364,10 +371,10 @@ def test_progress_draws_only_on_a_terminal():
     assert piped.getvalue() == ""
 
 
-def test_run_profiler_steps_contain_their_optimizer_step(tmp_path):
+def test_run_profiler_steps_contain_their_optimizer_step(tmp_path, warm_python):
     """prof.step() runs after optimizer.step() returns, so the ranges nest, never cross."""
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--schedule", "0,1,3,1", "train.py", "6",
+    result = opscope_cli(warm_python, "run", "-o", "out", "--schedule", "0,1,3,1", "train.py", "6",
                          cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (name,) = os.listdir(tmp_path / "out")
@@ -382,10 +389,10 @@ def test_run_profiler_steps_contain_their_optimizer_step(tmp_path):
 
 # -- run --report (issue 7) -------------------------------------------------------------
 
-def test_run_report_writes_the_html_beside_each_trace(tmp_path):
+def test_run_report_writes_the_html_beside_each_trace(tmp_path, warm_python):
     write_script(tmp_path, "train.py", TRAIN_SCRIPT)
-    result = opscope_cli("run", "-o", "out", "--report", "--schedule", "0,1,1,1", "--modules",
-                         "train.py", "3", cwd=tmp_path)
+    result = opscope_cli(warm_python, "run", "-o", "out", "--report", "--schedule", "0,1,1,1",
+                         "--modules", "train.py", "3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path / "out")) == ["train.step1.html",
                                                     "train.step1.pt.trace.json"]
