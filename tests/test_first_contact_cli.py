@@ -27,9 +27,13 @@ for _ in range(steps):
 """
 
 
-def cli(*args: str, cwd: Path, env: dict = None) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path, env: dict = None, warm=None) -> subprocess.CompletedProcess:
+    """``python -m opscope ARGS``; in a fork of ``warm`` (tests/warm_python.py: torch is
+    imported already) when given. The module's fixture run starts a real interpreter."""
     environ = {k: v for k, v in os.environ.items() if k != "OPSCOPE_COLLECTOR"}
     environ.update(env or {})
+    if warm is not None:
+        return warm.run(["-m", "opscope", *args], cwd=cwd, env=environ, timeout=TIMEOUT_S)
     return subprocess.run([sys.executable, "-m", "opscope", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
 
@@ -74,27 +78,29 @@ def test_run_ending_between_windows_prints_the_last_complete_window(
     assert "ProfilerStep*" in rows and "aten::addmm" in rows
 
 
-def test_run_prefers_the_complete_window_to_the_partial_one(tmp_path):
+def test_run_prefers_the_complete_window_to_the_partial_one(tmp_path, warm_python):
     """0,0,2 over 3 steps: steps 0-1 whole, steps 2-3 cut by the end (written as partial)."""
     write(tmp_path, "train.py", TRAIN)
-    result = cli("run", "-o", "out", "--schedule", "0,0,2", "train.py", "3", cwd=tmp_path)
+    result = cli("run", "-o", "out", "--schedule", "0,0,2", "train.py", "3", cwd=tmp_path,
+                 warm=warm_python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "opscope: table of steps 0-1 (complete window)"
     assert "train.step3.partial.pt.trace.json" in result.stderr
 
 
-def test_run_labels_a_partial_window_when_it_is_the_only_one(tmp_path):
+def test_run_labels_a_partial_window_when_it_is_the_only_one(tmp_path, warm_python):
     write(tmp_path, "train.py", TRAIN)
-    result = cli("run", "-o", "out", "--schedule", "0,1,5", "train.py", "3", cwd=tmp_path)
+    result = cli("run", "-o", "out", "--schedule", "0,1,5", "train.py", "3", cwd=tmp_path,
+                 warm=warm_python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (
         "opscope: table of steps 1-3 (partial window: the program ended during step 3)")
     assert "aten::addmm" in table_rows(result.stdout)
 
 
-def test_run_without_schedule_labels_the_whole_run(tmp_path):
+def test_run_without_schedule_labels_the_whole_run(tmp_path, warm_python):
     write(tmp_path, "train.py", TRAIN)
-    result = cli("run", "-o", "out", "train.py", "1", cwd=tmp_path)
+    result = cli("run", "-o", "out", "train.py", "1", cwd=tmp_path, warm=warm_python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "opscope: table of the whole run"
 
@@ -225,9 +231,10 @@ print("own table rows:", len(prof.key_averages()))
 """
 
 
-def test_run_lets_the_scripts_own_profiler_win_with_one_line(tmp_path):
+def test_run_lets_the_scripts_own_profiler_win_with_one_line(tmp_path, warm_python):
     write(tmp_path, "own.py", OWN_PROFILER)
-    result = cli("run", "-o", "out", "--schedule", "0,1,1", "own.py", cwd=tmp_path)
+    result = cli("run", "-o", "out", "--schedule", "0,1,1", "own.py", cwd=tmp_path,
+                 warm=warm_python)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("starts its own opscope.profile") == 1, result.stderr
