@@ -64,7 +64,8 @@ def stream_trace(path: str, max_bytes: Optional[int] = None,
 
 def parse_trace(path: str, events: Callable[[List[Any], int], None],
                 restart: Callable[[], None], max_bytes: Optional[int] = None,
-                keys: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                keys: Optional[Dict[str, Any]] = None,
+                chunk_bytes: Optional[int] = None) -> Dict[str, Any]:
     """Parse the trace file ``path``: its top-level keys, without ``traceEvents``.
 
     ``events(batch, first)`` receives the event list in batches (``first``:
@@ -72,9 +73,12 @@ def parse_trace(path: str, events: Callable[[List[Any], int], None],
     second ``traceEvents`` key starts (the last one counts, as in JSON).
     ``keys``, when given, is filled with each top-level key as it is parsed
     (and returned), so a caller that stops the parse from ``events`` still
-    has the keys before the events.
+    has the keys before the events. A batch is about ``chunk_bytes`` of text
+    (default ``CHUNK_BYTES``; a caller that wants only the first events asks for
+    a small one).
     """
-    text = _TextReader(path, iter_trace_chunks(path, max_bytes, CHUNK_BYTES))
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    text = _TextReader(path, iter_trace_chunks(path, max_bytes, chunk_bytes), chunk_bytes)
     try:
         return _Document(text, events, restart, keys).parse()
     except RecursionError:
@@ -90,8 +94,8 @@ class _TextReader:
     chunk (False at the end). Lines and columns of errors count all text read.
     """
 
-    def __init__(self, path: str, chunks: Iterator[bytes]) -> None:
-        self.path, self.chunks = path, chunks
+    def __init__(self, path: str, chunks: Iterator[bytes], chunk_bytes: int) -> None:
+        self.path, self.chunks, self.chunk_bytes = path, chunks, chunk_bytes
         self.buf, self.pos, self.eof = "", 0, False
         self.lines, self.column_base = 0, 0  # of the text dropped before buf
         self.decoder: Any = None
@@ -235,7 +239,7 @@ class _Document:
             text.pos += 1
             return False
         while True:
-            while len(text.buf) - text.pos < CHUNK_BYTES and text.more():
+            while len(text.buf) - text.pos < text.chunk_bytes and text.more():
                 pass
             batch = self._fast_batch()
             ended = False

@@ -48,6 +48,8 @@ from opscope.store.convert_traces import (ConvertResult, PlannedTrace, convert_f
 from opscope.store.folder import check_store_folder
 from opscope.store.schema import StoreError, require_pyarrow
 
+PEEK_BYTES = 1 << 16  # text parsed per peek batch: a few hundred events, not the trace
+
 
 class _Peeked(Exception):
     """Stops the peek after the first batch of events."""
@@ -75,7 +77,8 @@ def trace_files(paths: Sequence[str]) -> List[str]:
 def peek(path: str, max_bytes: Optional[int] = None) -> Tuple[Optional[int], float]:
     """(rank from the keys before the events, else the file name; earliest event's time).
 
-    Reads the top-level keys up to ``traceEvents`` and its first batch only.
+    Reads the top-level keys up to ``traceEvents`` and its events up to the first
+    small batch (``PEEK_BYTES`` of text) that has a complete event (``ph`` X).
     The time is absolute (Unix ns): an opscope trace's ``ts`` counts from its
     own ``baseTimeNanoseconds`` (plus ``opscopeClockOffsetNs``), so raw ``ts``
     of two files do not compare. A trace that gives its base only after the
@@ -90,10 +93,12 @@ def peek(path: str, max_bytes: Optional[int] = None) -> Tuple[Optional[int], flo
     def first_batch(events, _first) -> None:
         starts.extend(e["ts"] for e in events if type(e) is dict
                       and type(e.get("ts")) in (int, float) and e.get("ph") == "X")
-        raise _Peeked
+        if starts:
+            raise _Peeked
 
     try:
-        parse_trace(path, first_batch, lambda: None, max_bytes, keys=seen)
+        parse_trace(path, first_batch, lambda: None, max_bytes, keys=seen,
+                    chunk_bytes=PEEK_BYTES)
     except _Peeked:
         pass
     except (ValueError, OSError):
