@@ -223,3 +223,13 @@ def test_report_of_a_job_folder_holding_a_fifo_names_it_without_hanging(tmp_path
     os.mkfifo(tmp_path / "z.pt.trace.json")  # no rank in its name: its head would be peeked
     (result,) = capped_cli([["report", "."]], tmp_path)  # a subprocess: a hang is killed
     assert_one_line_exit_2(result, "z.pt.trace.json", "FIFO")
+
+
+def test_a_json_that_is_no_trace_in_a_job_folder_is_one_line_on_every_core(tmp_path):
+    # read by forked workers (--jobs 2): the worker's TraceLoadError reaches the caller whole
+    # (it did not unpickle: the pool's result thread died and ranks waited forever)
+    for rank in (0, 1):
+        rank_trace(tmp_path / f"t.rank{rank}.pt.trace.json", rank, pid=100 + rank)
+    (tmp_path / "notes.json").write_text(json.dumps({"lr": 0.1}))
+    (result,) = capped_cli([["ranks", ".", "--jobs", "2"]], tmp_path)
+    assert_one_line_exit_2(result, "notes.json")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 from collections import deque
 from itertools import islice
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -49,9 +50,36 @@ def map_in_processes(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Ite
     context = multiprocessing.get_context("fork")
     rest = iter(items)
     with context.Pool(min(jobs, len(items))) as pool:
-        pending = deque(pool.apply_async(fn, (item,)) for item in islice(rest, 2 * jobs))
+        pending = deque(pool.apply_async(_call, (fn, item)) for item in islice(rest, 2 * jobs))
         while pending:
-            result = pending.popleft().get()
+            failed, result = pending.popleft().get()
+            if failed:
+                raise result
             for item in islice(rest, 1):
-                pending.append(pool.apply_async(fn, (item,)))
+                pending.append(pool.apply_async(_call, (fn, item)))
             yield result
+
+
+def _call(fn: Callable[[T], R], item: T):
+    """In a worker: ``(False, fn(item))``, or ``(True, the exception)``. An exception
+    that would not survive pickling (the pool's result thread would die on it, and the
+    caller wait forever) comes back as one of its base class with the same message.
+
+    >>> _call(abs, -1)
+    (False, 1)
+    >>> class Odd(ValueError):
+    ...     def __init__(self, a, b):
+    ...         super().__init__(f"{a}/{b}")
+    >>> _call(lambda _: (_ for _ in ()).throw(Odd(1, 2)), None)
+    (True, ValueError('1/2'))
+    """
+    try:
+        return False, fn(item)
+    except Exception as error:  # noqa: BLE001 - handed to the caller, raised there
+        try:
+            pickle.loads(pickle.dumps(error))
+            return True, error
+        except Exception:  # noqa: BLE001 - the error's own class cannot cross
+            base = next(k for k in type(error).__mro__[1:]
+                        if k.__module__ == "builtins" and issubclass(k, Exception))
+            return True, base(str(error))
