@@ -156,7 +156,9 @@ def test_the_recorders_entries_become_rows_and_bad_ones_are_skipped(monkeypatch)
 
     good = {"time_created_ns": 50, "process_group": ("2", "tp"), "is_p2p": False,
             "collective_seq_id": 7, "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce",
-            "input_sizes": [[2, 3]], "output_sizes": [[2, 3]], "input_dtypes": ["BFloat16"]}
+            "input_sizes": [[2, 3]], "output_sizes": [[2, 3]], "input_dtypes": ["BFloat16"],
+            "frames": [{"name": "all_reduce", "filename": "/x/torch/distributed/c10d.py",
+                        "line": 9}, {"name": "step", "filename": "/job/train.py", "line": 12}]}
     early = dict(good, time_created_ns=5)  # before the window
     broken = dict(good, process_group=None)
     p2p = dict(good, is_p2p=True, p2p_seq_id=4, profiling_name="nccl:send")
@@ -164,8 +166,9 @@ def test_the_recorders_entries_become_rows_and_bad_ones_are_skipped(monkeypatch)
     monkeypatch.setattr(flight_recorder, "_dump",
                         lambda: {"entries": [early, broken, good, p2p, "junk"]})
     assert flight_recorder.flight_recorder_rows(10) == [
-        ["2", 7, "nccl:all_reduce", 50, "tp", 6, 6, "BFloat16", None, False],
-        ["2", 4, "nccl:send", 50, "tp", 6, 6, "BFloat16", None, True]]
+        ["2", 7, "nccl:all_reduce", 50, "tp", 6, 6, "BFloat16", "/job/train.py(12): step",
+         False],
+        ["2", 4, "nccl:send", 50, "tp", 6, 6, "BFloat16", "/job/train.py(12): step", True]]
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")  # the user turned it off: not read
     assert flight_recorder.flight_recorder_rows(10) is None
 

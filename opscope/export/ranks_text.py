@@ -24,8 +24,10 @@ from typing import List, Optional, Sequence
 from opscope.analysis.ranks import MatchedCollective, RanksAnalysis
 
 DEFAULT_COLLECTIVE_LIMIT = 20
-UNKNOWN_SIZE_NOTE = ("size ?: the traces hold no input shapes, so the bytes are not known; "
-                     "profile with record_shapes=True (opscope run --record-shapes)")
+UNKNOWN_SIZE_NOTE = ("size ?: the traces hold no input shapes and no flight recorder sizes, "
+                     "so the bytes are not known; record with torch's flight recorder on "
+                     "(torch 2.13's default; TORCH_FR_BUFFER_SIZE=2000 on older torches) or "
+                     "with record_shapes=True (opscope run --record-shapes)")
 
 
 def _columns(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
