@@ -67,7 +67,10 @@ function rankFindings(r) {
       el("h3", { text: `Desync at process group ${d.pg}, collective #${d.seq}` }),
       el("ul", {}, Object.keys(d.ranks).map(k => el("li", { text: `rank ${k}: ` +
         (d.ranks[k] === null ? "issued none" : d.ranks[k] +
-          (d.bytes[k] !== null && d.bytes[k] !== undefined ? ` (${fmtBytes(d.bytes[k])})` : "")) +
+          (d.bytes[k] !== null && d.bytes[k] !== undefined ? ` (${fmtBytes(d.bytes[k])})` : "") +
+          (d.in_nelems && d.in_nelems[k] !== null && d.in_nelems[k] !== undefined ?
+            ` ${d.in_nelems[k]} -> ${d.out_nelems[k]} elements` : "") +
+          (d.dtypes && d.dtypes[k] ? ` ${d.dtypes[k]}` : "")) +
         (d.call_sites[k] ? ` at ${d.call_sites[k]}` : "") })))));
   if (!r.desync.length) out.push(el("div", { class: "rec info", id: "rank-desync" },
     el("h3", { text: "No desync: every rank issued the same collectives" })));
