@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 
-import numpy as np
+import pytest
 
 import opscope
 from opscope.analysis.build import build_session
@@ -49,3 +51,23 @@ def test_session_keeps_no_raw_records_after_stop():
             opscope.record_function("step").__enter__().__exit__(None, None, None)
     table = prof._session.table
     assert len(table) >= 5 and len(table.raw.records) == 0 and table.raw.stack_ids is None
+
+
+def test_store_events_are_the_same_in_any_batches(tmp_path, monkeypatch):
+    pq = pytest.importorskip("pyarrow.parquet")
+    from opscope.store import tables
+    from opscope.store.write import StoreWriter
+
+    session = _session()
+
+    def events(store):
+        with StoreWriter(str(store)) as writer:
+            writer.write_window(session)
+        files = sorted(glob.glob(str(store / "**" / "*.parquet"), recursive=True))
+        read = [pq.read_table(f) for f in files if "events" in os.path.relpath(f, store)]
+        return [r.to_pylist() for r in read], sum(r.num_rows for r in read)
+
+    whole, rows = events(tmp_path / "whole.opscope")
+    monkeypatch.setattr(tables, "EVENTS_BATCH", 7)
+    batched, _ = events(tmp_path / "batched.opscope")
+    assert rows == 80 and batched == whole

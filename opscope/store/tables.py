@@ -26,7 +26,7 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import numpy as np
 
@@ -68,25 +68,48 @@ def _nulls(n: int):
     return pa.nulls(n, pa.int64())
 
 
-def _masked(values: np.ndarray, present: np.ndarray):
-    """int64 values, null where not ``present``."""
+def _masked(values: np.ndarray, present: np.ndarray, kind: str = "int64"):
+    """Integers (``kind``: a pyarrow type name), null where not ``present``.
+
+    The validity bitmap is packed by numpy: ``pa.array(..., mask=)`` takes about a
+    microsecond a value.
+
+    >>> _masked(np.array([5, 6, 7]), np.array([True, False, True])).to_pylist()
+    [5, None, 7]
+    """
     pa, _ = require_pyarrow()
-    return pa.array(np.asarray(values, dtype=np.int64), mask=~np.asarray(present, dtype=bool))
+    present = np.asarray(present, dtype=bool)
+    values = pa.array(np.asarray(values, dtype=kind), getattr(pa, kind)())
+    kind = values.type
+    if present.all():
+        return values
+    valid = pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.Array.from_buffers(kind, len(values), [valid, values.buffers()[1]],
+                                 null_count=int(len(present) - np.count_nonzero(present)))
 
 
-def _dictionary(codes: np.ndarray, names: List[Optional[str]]):
-    """A dictionary-encoded string array: ``names[code]``, null where code < 0."""
+def _dictionary(codes: np.ndarray, names: List[Optional[str]],
+                used: Optional[np.ndarray] = None):
+    """A dictionary-encoded string array: ``names[code]``, null where code < 0.
+
+    ``used``: the codes the dictionary holds (default: those in ``codes``), so that
+    every batch of one column has the same dictionary."""
     pa, _ = require_pyarrow()
     codes = np.asarray(codes, dtype=np.int64)
-    present = np.bincount(codes + 1, minlength=len(names) + 1)[1:] > 0
-    used = np.flatnonzero(present)  # codes in use, without -1
+    if used is None:
+        used = _used_codes(codes, len(names))
     index = np.full(len(names) + 1, -1, dtype=np.int32)  # code -> position; [-1]: null
     index[used] = np.arange(len(used), dtype=np.int32)
     position = index[codes]
-    mask = position < 0
+    present = position >= 0
     dictionary = pa.array([names[int(c)] for c in used.tolist()], pa.string())
-    indices = pa.array(np.where(mask, 0, position), pa.int32(), mask=mask)
+    indices = _masked(np.where(present, position, 0), present, "int32")
     return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _used_codes(codes: np.ndarray, n_names: int) -> np.ndarray:
+    """The codes (0 to ``n_names`` - 1) that occur in ``codes``, ascending; -1 is left out."""
+    return np.flatnonzero(np.bincount(codes + 1, minlength=n_names + 1)[1:] > 0)
 
 
 def step_numbers(session: ProfileSession) -> np.ndarray:
@@ -113,35 +136,72 @@ def _stack_ids(session: ProfileSession):
     return out, [list(f) for f in ids]
 
 
-def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray
-                   ) -> Dict[str, Any]:
-    """The ``events`` columns of ``session``."""
+# Rows of the events table built at a time: its columns (about 200 bytes a row) stay
+# this size however long the session, as the writer streams each batch to the file.
+EVENTS_BATCH = 1 << 18
+
+
+def events_tables(session: ProfileSession, shift_ns: int,
+                  stack_id: np.ndarray) -> Iterator[Any]:
+    """The ``events`` table of ``session`` as pyarrow tables of ``EVENTS_BATCH`` rows
+    (one, empty, for no events); each is made when the one before has been taken."""
+    facts = _event_facts(session)
+    n = len(session.table)
+    for lo in range(0, max(n, 1), EVENTS_BATCH):
+        yield arrow_table("events", events_columns(session, shift_ns, stack_id, facts,
+                                                   lo, min(n, lo + EVENTS_BATCH)))
+
+
+def _event_facts(session: ProfileSession) -> Dict[str, Any]:
+    """What events_columns derives per event from the whole session, computed once."""
     t = session.table
-    n = len(t)
     module_row = event_modules(session)
     module_code = np.where(module_row >= 0, t.name_id[np.maximum(module_row, 0)], -1) \
-        if n else np.zeros(0, dtype=np.int64)
+        if len(t) else np.zeros(0, dtype=np.int64)
+    names = len(t.symbols.names)
+    return {"module_code": module_code, "depth": event_depth(t.parent),
+            "step": step_numbers(session), "input_id": t.input_signatures()[0],
+            "correlation": session_correlations(session),
+            "used_names": _used_codes(t.name_id.astype(np.int64), names),
+            "used_modules": _used_codes(module_code.astype(np.int64), names)}
+
+
+def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray,
+                   facts: Optional[Dict[str, Any]] = None, lo: int = 0,
+                   hi: Optional[int] = None) -> Dict[str, Any]:
+    """The ``events`` columns of ``session``'s rows ``lo`` to ``hi`` (default: all);
+    ``facts``: ``_event_facts(session)``, computed here when not given."""
+    t = session.table
+    facts = _event_facts(session) if facts is None else facts
+    hi = len(t) if hi is None else hi
+    n = hi - lo
+    part = slice(lo, hi)
+    names = t.symbols.names
+    tid_of = np.asarray(t.thread_ids, dtype=np.int64)
     memory = session.event_memory or {}
+    start, end = t.start_ns[part], t.end_ns[part]
     cols: Dict[str, Any] = {
-        "event_id": np.arange(n, dtype=np.int64), "record": t.record,
-        "name": _dictionary(t.name_id.astype(np.int64), t.symbols.names),
-        "thread_id": t.os_tid, "thread_index": t.thread_index,
-        "start_ns": t.start_ns + shift_ns, "end_ns": t.end_ns + shift_ns,
-        "dur_ns": t.duration_ns, "self_ns": t.self_ns, "parent": t.parent,
-        "depth": event_depth(t.parent), "seq_nr": t.seq_nr,
-        "fwd_thread_id": t.fwd_thread_id.astype(np.int64),
-        "rf_thread_id": t.rf_thread_id.astype(np.int64),
-        "scope": t.scope.astype(np.int8), "flags": t.flags.astype(np.int8),
-        "step": step_numbers(session),
-        "module": _dictionary(module_code.astype(np.int64), t.symbols.names),
-        "input_id": t.input_signatures()[0], "stack_id": stack_id,
-        "flops": session.flops if session.flops is not None else _nulls(n),
+        "event_id": np.arange(lo, hi, dtype=np.int64), "record": t.record[part],
+        "name": _dictionary(t.name_id[part].astype(np.int64), names, facts["used_names"]),
+        "thread_id": tid_of[t.thread_index[part]] if len(tid_of) else np.zeros(n, np.int64),
+        "thread_index": t.thread_index[part],
+        "start_ns": start + shift_ns, "end_ns": end + shift_ns,
+        "dur_ns": end - start, "self_ns": t.self_ns[part], "parent": t.parent[part],
+        "depth": facts["depth"][part], "seq_nr": t.seq_nr[part],
+        "fwd_thread_id": t.fwd_thread_id[part].astype(np.int64),
+        "rf_thread_id": t.rf_thread_id[part].astype(np.int64),
+        "scope": t.scope[part].astype(np.int8), "flags": t.flags[part].astype(np.int8),
+        "step": facts["step"][part],
+        "module": _dictionary(facts["module_code"][part].astype(np.int64), names,
+                              facts["used_modules"]),
+        "input_id": facts["input_id"][part], "stack_id": stack_id[part],
+        "flops": session.flops[part] if session.flops is not None else _nulls(n),
     }
     for name in _MEMORY_USAGE:
-        cols[name] = memory[name] if name in memory else _nulls(n)
-    correlation = session_correlations(session)
+        cols[name] = memory[name][part] if name in memory else _nulls(n)
+    correlation = facts["correlation"]
     cols["correlation"] = _nulls(n) if correlation is None else \
-        _masked(correlation, correlation > 0)
+        _masked(correlation[part], correlation[part] > 0)
     return cols
 
 
@@ -245,14 +305,22 @@ def session_row(session: ProfileSession, shift_ns: int, *, window_name: str,
 def window_tables(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
     """The pyarrow tables of one window's files but its ``sessions`` row (which records
     their footers once they are written: :func:`sessions_table`): table name -> table."""
+    pa, _ = require_pyarrow()
+    return {name: pa.concat_tables(list(parts))
+            for name, parts in window_parts(session, shift_ns).items()}
+
+
+def window_parts(session: ProfileSession, shift_ns: int) -> Dict[str, Iterable[Any]]:
+    """``window_tables`` as table name -> that table's pyarrow tables in row order, to
+    write one after the other: the events a batch at a time (``events_tables``)."""
     stack_id, frames = _stack_ids(session)
     return {
-        "events": arrow_table("events", events_columns(session, shift_ns, stack_id)),
-        "inputs": arrow_table("inputs", inputs_columns(session)),
-        "stacks": arrow_table("stacks", {"stack_id": list(range(len(frames))),
-                                         "frames": frames}),
-        "memory": arrow_table("memory", memory_columns(session, shift_ns)),
-        "device": arrow_table("device", device_columns(session, shift_ns)),
+        "events": events_tables(session, shift_ns, stack_id),
+        "inputs": [arrow_table("inputs", inputs_columns(session))],
+        "stacks": [arrow_table("stacks", {"stack_id": list(range(len(frames))),
+                                          "frames": frames})],
+        "memory": [arrow_table("memory", memory_columns(session, shift_ns))],
+        "device": [arrow_table("device", device_columns(session, shift_ns))],
     }
 
 

@@ -50,7 +50,7 @@ from opscope.model.collective_facts import ranks_text
 from opscope.store.schema import (COLUMNS, FORMAT, MARKER, TABLES, VERSION, StoreError,
                                   arrow_schema, load_json, parquet_options, part_path,
                                   require_pyarrow)
-from opscope.store.tables import arrow_table, sessions_table, window_tables
+from opscope.store.tables import arrow_table, sessions_table, window_parts
 
 
 def _make_dirs(store: str, folder: str) -> None:
@@ -204,11 +204,13 @@ class StoreWriter:
     def write_part(self, table: str, data, rank: int, window: Optional[int] = None) -> None:
         """Write the pyarrow table ``data`` as one partition of ``table`` (its schema:
         ``opscope.store.schema.arrow_schema(table)``; build it with
-        ``opscope.store.tables.arrow_table``). Its footer is kept for the window's
+        ``opscope.store.tables.arrow_table``), or a list or iterator of such tables one
+        after the other (memory stays that of one). Its footer is kept for the window's
         sessions row (``_footers``)."""
         written: List[Footer] = []
         with self.part_writer(table, rank, window, written) as writer:
-            writer.write_table(data)
+            for part in [data] if hasattr(data, "schema") else data:
+                writer.write_table(part)
         self._footers[(table, rank, window)] = written[0]
 
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
@@ -250,8 +252,8 @@ class StoreWriter:
             window_name = default_window_name(session, window)
         shift = session.epoch_offset_ns + clock_offset_ns
         parts = {}
-        for name, table in window_tables(session, shift).items():
-            self.write_part(name, table, rank, window)
+        for name, tables in window_parts(session, shift).items():
+            self.write_part(name, tables, rank, window)  # the events a batch at a time
             parts[name] = self._footers.pop((name, rank, window))
         # sessions last, recording the others' footers: a window is listed once it is whole
         self.write_part("sessions", sessions_table(
