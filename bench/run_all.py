@@ -22,7 +22,8 @@ from typing import List
 import common
 
 SCRIPTS = ("overhead.py", "postprocess.py", "trace_size.py", "collector_memory.py",
-           "record_function_idle.py", "feature_costs.py", "ranks_scale.py", "instructions.py")
+           "record_function_idle.py", "feature_costs.py", "ranks_scale.py", "instructions.py",
+           "ten_million.py")
 
 
 def run_script(script: str, quick: bool, folder: str) -> dict:

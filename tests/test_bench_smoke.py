@@ -35,6 +35,8 @@ EXPECTED = {
                          ["| opscope alloc +memory |", "| opscope deep add +stack |"]),
     "ranks_scale.py": ("| command | ranks |",
                        ["| opscope ranks --json |", "| opscope merge |", "| opscope report |"]),
+    "ten_million.py": ("| config | events |",
+                       ["| default | 2,000 |", "| default | 20,000 |", "| record_shapes |"]),
     "ranks_thousand.py": ("| verb | command |",
                           ["| ranks DIR |", "| merge |", "| convert |", "| ranks STORE |"]),
     # valgrind's callgrind; without it the script prints an empty table

@@ -129,7 +129,7 @@ def step_numbers(session: ProfileSession) -> np.ndarray:
 def _stack_ids(session: ProfileSession):
     """(stack id per event, frames per id): each distinct stack once."""
     ids: Dict[tuple, int] = {}
-    out = np.full(len(session.table), -1, dtype=np.int64)
+    out = np.full(len(session.table), -1, dtype=np.int32)
     for i, frames in enumerate(session.stacks or ()):
         if frames is not None:
             out[i] = ids.setdefault(tuple(frames), len(ids))
@@ -159,8 +159,10 @@ def _event_facts(session: ProfileSession) -> Dict[str, Any]:
     module_code = np.where(module_row >= 0, t.name_id[np.maximum(module_row, 0)], -1) \
         if len(t) else np.zeros(0, dtype=np.int64)
     names = len(t.symbols.names)
-    return {"module_code": module_code, "depth": event_depth(t.parent),
-            "step": step_numbers(session), "input_id": t.input_signatures()[0],
+    # 4 bytes an event where the schema's column is int32 (held for the whole write)
+    return {"module_code": module_code.astype(np.int32),
+            "depth": event_depth(t.parent).astype(np.int32),
+            "step": step_numbers(session).astype(np.int32), "input_id": t.input_signatures()[0],
             "correlation": session_correlations(session),
             "used_names": _used_codes(t.name_id.astype(np.int64), names),
             "used_modules": _used_codes(module_code.astype(np.int64), names)}
