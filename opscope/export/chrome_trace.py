@@ -155,53 +155,44 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
              '"ts": %s}' % _us(win_stop + shift))
 
 
-# Rows laid out per JsonRows: the writer's temporaries are this many rows, not the session's.
-OPS_BATCH = 1 << 18
+OPS_BATCH = 1 << 18  # rows laid out per JsonRows: the writer's temporaries are this size
 
 
 def _write_ops(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
-    """One ``X`` line per table row except memory rows (written as instants), a batch
-    of ``OPS_BATCH`` rows at a time, so that memory stays bounded however long the
-    session. The lines do not depend on the batches."""
+    """One ``X`` line per table row but memory rows (written as instants), ``OPS_BATCH``
+    rows at a time so that memory stays bounded; the lines do not depend on the batches."""
     table = session.table
     extra = _extra_args(session)
     correlation = session_correlations(session)
     for lo in range(0, len(table), OPS_BATCH):
-        flags = table.flags[lo:lo + OPS_BATCH]
-        rows = np.flatnonzero((flags & FLAG_MEMORY) == 0) + lo
+        rows = np.flatnonzero((table.flags[lo:lo + OPS_BATCH] & FLAG_MEMORY) == 0) + lo
         if len(rows):
             out.rows(_op_lines(session, pid, shift, rows, extra, correlation))
 
 
 def _op_lines(session: ProfileSession, pid: int, shift: int, rows: np.ndarray,
               extra: List[Any], correlation: Optional[np.ndarray]) -> JsonRows:
-    """The ``X`` lines of ``rows``.
-
-    Names, threads and extra args are rendered once per distinct value and
-    picked per row; the numbers are rendered by ``JsonRows`` in bulk.
-    """
+    """The ``X`` lines of ``rows``: names, threads and extra args rendered once per
+    distinct value and picked per row, the numbers by ``JsonRows`` in bulk."""
     table = session.table
     # '"cat": ..., "name": ..., "pid": P, "tid": T' per distinct (range?, name, thread)
     tid_of = np.asarray(table.thread_ids, dtype=np.int64)
     tids = tid_of[table.thread_index[rows]] if len(tid_of) else np.zeros(len(rows), np.int64)
     tid_values, tid_code = np.unique(tids, return_inverse=True)
-    is_user = table.scope[rows] == SCOPE_USER
-    key = (table.name_id[rows].astype(np.int64) * 2 + is_user) * len(tid_values) + tid_code
+    key = ((table.name_id[rows].astype(np.int64) * 2 + (table.scope[rows] == SCOPE_USER))
+           * len(tid_values) + tid_code)
     _, first, head_index = np.unique(key, return_index=True, return_inverse=True)
-    cats = row_categories(table, rows[first])
     heads = StringTable([  # rendered from one row of each distinct key
-        '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (
-            cat, json.dumps(table.name(r)), pid, tid)
-        for cat, r, tid in zip(cats, rows[first].tolist(), tids[first].tolist())])
-    start = table.start_ns[rows]
-    dur_ns = np.maximum(table.end_ns[rows] - start, 0)
-    start += shift
+        '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (cat, json.dumps(table.name(r)), pid, tid)
+        for cat, r, tid in zip(row_categories(table, rows[first]), rows[first].tolist(),
+                               tids[first].tolist())])
+    dur_ns = np.maximum(table.end_ns[rows] - table.start_ns[rows], 0)
     seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
     lines = JsonRows(len(rows))
     lines.text('{"ph": "X", ')
     lines.choice(heads, head_index)
     lines.text(', "ts": ')
-    lines.number(start, micros=True)
+    lines.number(table.start_ns[rows] + shift, micros=True)
     lines.text(', "dur": ')
     lines.number(dur_ns, micros=True)
     lines.text(', "args": {"External id": ')
