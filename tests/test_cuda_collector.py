@@ -84,13 +84,23 @@ def step_session(ext):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
-    with opscope.profile(activities=[opscope.ProfilerActivity.CPU], with_modules=True) as prof:
-        with opscope.record_function("train_step"):
-            model(x).sum().backward()
-            opt.step()
-        worker = threading.Thread(target=lambda: torch.mm(x, x.t()), name="side")
-        worker.start()
-        worker.join()
+    import opscope.profiler as profiler_module
+
+    # the window's RawSession as the collector gave it (a built session keeps no records)
+    raws, build = [], profiler_module.build_session
+    profiler_module.build_session = lambda raw, **kw: build(raws.append(raw) or raw, **kw)
+    try:
+        with opscope.profile(activities=[opscope.ProfilerActivity.CPU],
+                             with_modules=True) as prof:
+            with opscope.record_function("train_step"):
+                model(x).sum().backward()
+                opt.step()
+            worker = threading.Thread(target=lambda: torch.mm(x, x.t()), name="side")
+            worker.start()
+            worker.join()
+    finally:
+        profiler_module.build_session = build
+    prof._session.table.raw = raws[-1]
     return prof._session, threading.get_native_id()
 
 
