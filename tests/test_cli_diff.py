@@ -210,7 +210,7 @@ def test_html_is_self_contained_and_sorts_in_a_browser(tmp_path):
 # -- errors -----------------------------------------------------------------------------------
 
 def test_missing_second_trace_is_one_line_exit_2(traces, tmp_path):
-    result = opscope_cli("diff", traces["base"], "nope.json", cwd=tmp_path)
+    result = opscope_cli(None, "diff", traces["base"], "nope.json", cwd=tmp_path)
     assert_usage_error(result, "nope.json", "no such file")
     assert result.stdout == ""
 

@@ -220,7 +220,7 @@ FILE_ERRORS = {
 @pytest.mark.parametrize("kind", sorted(FILE_ERRORS))
 def test_bad_trace_file_is_one_line_exit_2(tmp_path, kind):
     name = bad_trace(tmp_path, kind)
-    result = opscope_cli("table", name, cwd=tmp_path)
+    result = opscope_cli(None, "table", name, cwd=tmp_path)
     assert_usage_error(result, name, FILE_ERRORS[kind])
     assert result.stdout == ""
     assert os.listdir(tmp_path) == ([] if kind == "missing" else [name])
