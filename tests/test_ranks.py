@@ -135,9 +135,12 @@ def test_straggler_is_found_and_the_others_wait_for_it(job, request, capsys):
     world, sleeper = JOBS[job]
     doc = ranks_json(folder, capsys)
     assert_straggler(doc, sleeper)
-    # at each gradient allreduce the sleeper arrives last and the others wait for it
+    # at each gradient allreduce the sleeper arrives last and the others wait for it (from
+    # the second step: the first also carries each rank's profiler start, which a busy host
+    # can delay past the sleep; the fresh-clone CI run saw rank 1 last there once)
     gradients = doc["collectives"][::2]
-    for c in gradients:
+    assert len(gradients) == STEPS
+    for c in gradients[1:]:
         ranks = c["ranks"]
         assert max(ranks, key=lambda r: ranks[r]["start_ms"]) == str(sleeper)
         assert ranks[str(sleeper)]["wait_ms"] < min(
