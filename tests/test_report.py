@@ -325,3 +325,15 @@ def test_demo_writes_the_report_too(tmp_path, capsys):
     assert f"wrote report {tmp_path / 'demo.html'}" in err
     data = page_data(tmp_path / "demo.html")
     assert [s["name"] for s in data["overview"]["steps"]] == ["ProfilerStep#2"]
+
+
+def test_callers_of_equal_time_come_in_name_order_whatever_the_names_numbering():
+    # a trace file and a store number the same names differently: the page must not differ
+    ops = [Op("b_caller", 0, 10), Op("a_caller", 20, 30), Op("aten::x", 1, 2),
+           Op("aten::x", 21, 22)]
+    numbered = [make_session(ops), make_session([ops[1], ops[0], *ops[2:]])]
+    callers = []
+    for session in numbered:
+        rows = {r["name"]: r for r in report_data(session)["operators"]["rows"]}
+        callers.append([c[0] for c in rows["aten::x"]["callers"]])
+    assert callers == [["a_caller", "b_caller"]] * 2, callers

@@ -89,6 +89,13 @@ def _caller_details(session: ProfileSession, event_row: np.ndarray, n_rows: int)
     if len(table) == 0:
         return [[] for _ in range(n_rows)]
     callers, names = caller_names(table)
+    # ids in name order, so that callers of equal time come in name order from any source
+    # (a trace file and a store number their names differently)
+    by_name = np.argsort(np.array(names, dtype=object), kind="stable")
+    new_id = np.empty(len(names), dtype=np.int64)
+    new_id[by_name] = np.arange(len(names))
+    callers = np.where(callers >= 0, new_id[np.maximum(callers, 0)], -1)
+    names = [names[k] for k in by_name.tolist()]
     groups = top_groups(event_row, callers, table.self_ns / 1000.0, n_rows, DETAIL_LIMIT)
     return [[[names[k], c, _round(w)] for k, c, w in g] for g in groups]
 
