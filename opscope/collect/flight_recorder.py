@@ -41,13 +41,22 @@ def _enabled() -> bool:
         return False
 
 
-def _dump() -> Optional[dict]:
+def c10d_bindings() -> Any:
+    """torch's c10d bindings where this process has a process group, else None (never
+    imports torch.distributed; never raises, a group torn down meanwhile included)."""
     dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+    except Exception:  # noqa: BLE001  (torn down meanwhile)
         return None
-    import torch
+    return sys.modules["torch"]._C._distributed_c10d
 
-    c10d = torch._C._distributed_c10d
+
+def _dump() -> Optional[dict]:
+    c10d = c10d_bindings()
+    if c10d is None:
+        return None
     dump = getattr(c10d, "_dump_fr_trace", None)
     if dump is not None:  # torch's pickle, made here by torch, faster than its JSON; the
         # stacks only where torch._inductor is imported: torch's symbolizer imports it

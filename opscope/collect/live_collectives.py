@@ -41,7 +41,8 @@ import time
 import traceback
 from typing import Any, Dict, List, MutableMapping, Optional, Tuple
 
-BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+from opscope.collect.flight_recorder import BUFFER_ENV, c10d_bindings
+
 DEFAULT_BUFFER = "2000"  # entries: torch's own default where it turns the recorder on
 MAX_STACK_FRAMES = 40  # the innermost frames of the main thread kept in a state
 MAX_ACTIVE = 16  # collectives not retired kept in a state (DDP has a few in flight)
@@ -63,13 +64,7 @@ def enable_flight_recorder(environ: Optional[MutableMapping[str, str]] = None) -
 
 def _c10d() -> Any:
     """torch's c10d bindings, where a process group exists and the recorder can be read."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is None or not dist.is_available() or not dist.is_initialized():
-            return None
-    except Exception:  # noqa: BLE001  (torn down meanwhile)
-        return None
-    c10d = sys.modules["torch"]._C._distributed_c10d
+    c10d = c10d_bindings()
     return c10d if hasattr(c10d, "_dump_fr_trace_json") else None
 
 
