@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from opscope.analysis.build import load_session
 from opscope.analysis.collectives import CollectiveCall
+from opscope.analysis.rank_traces import rank_facts, session_rank, trace_paths
 from opscope.analysis.ranks import RankFacts, analyse_ranks
 from opscope.cli.main import main as cli_main
 from subprocesses import run_in_group
@@ -120,6 +122,24 @@ def test_matched_collectives_are_the_ones_issued(job, request, capsys):
     assert [r["rank"] for r in doc["ranks"]] == list(range(world))
     assert all(r["steps"] == STEPS for r in doc["ranks"])
     assert doc["desync"] == []
+
+
+@pytest.mark.parametrize("job", ["two_ranks", "two_ranks_torch", "four_ranks"])
+def test_a_lean_load_gives_each_trace_the_facts_of_a_full_load(job, request):
+    """``opscope ranks`` reads only the collectives' args (a lean load); every rank trace of
+    opscope's and of torch.profiler's jobs gives the same facts as when it is read whole."""
+    folder = request.getfixturevalue(job)
+    for path in trace_paths(str(folder)):
+        full, lean = load_session(path), load_session(path, lean=True)
+        rank = session_rank(full, path)
+        assert session_rank(lean, path) == rank
+        facts = rank_facts(full, path, rank)
+        assert rank_facts(lean, path, rank) == facts
+        assert facts.calls and all(c.nbytes for c in facts.calls if c.kind != "barrier")
+        assert len(lean.table) == len(full.table)
+        signed = [(s >= 0).sum() for s in (full.table.input_signatures()[0],
+                                           lean.table.input_signatures()[0])]
+        assert signed[0] > signed[1] > 0  # the lean load skipped the other ops' inputs
 
 
 def assert_straggler(doc, sleeper):

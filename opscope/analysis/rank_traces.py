@@ -245,10 +245,13 @@ def rank_facts(session: ProfileSession, path: str, rank: int) -> RankFacts:
 def _path_facts(path: str, max_bytes: Optional[int],
                 visit: Optional[Callable[[int, str, ProfileSession], None]]
                 ) -> Optional[RankFacts]:
-    """The facts of one trace (None: it names no rank); ``visit`` sees its session."""
+    """The facts of one trace (None: it names no rank); ``visit`` sees its session.
+
+    Without ``visit``, only the collectives' args are read (a lean load).
+    """
     from opscope.analysis.build import load_session
 
-    session = load_session(path, max_bytes=max_bytes)
+    session = load_session(path, max_bytes=max_bytes, lean=visit is None)
     rank = session_rank(session, path)
     if rank is None:
         return None

@@ -25,7 +25,7 @@ from opscope.model.records import RawSession
 
 
 def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = None,
-               python_functions: Optional[str] = None) -> RawSession:
+               python_functions: Optional[str] = None, lean: bool = False) -> RawSession:
     """The RawSession of the trace at ``path`` (a file, or a folder's newest trace).
 
     ``python_functions`` overrides the rule for ``python_function`` events
@@ -33,12 +33,13 @@ def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = Non
     that wrote the trace. Raises :class:`TraceLoadError` naming the file for
     anything wrong with it (see ``trace_file``). The file is read in bounded
     memory (``trace_stream``): the events' columns plus one batch of JSON.
+    ``lean`` reads the args of the collectives only (``trace_columns``).
     """
     check_choice("load_session", "python_functions", python_functions,
                  (None,) + PYTHON_FUNCTION_RULES)
     file = resolve_trace_path(path)
     with collection_paused(), malformed_is_load_error(file):
-        return stream_trace(file, max_bytes, python_functions)
+        return stream_trace(file, max_bytes, python_functions, lean)
 
 
 @contextmanager

@@ -30,14 +30,18 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from opscope.load.trace_device import correlation_column
+from opscope.load.lean_events import op_args
 from opscope.model.collective_facts import MARKER_ARGS, CollectiveFacts
 from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_from_text
 from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
                                      is_microseconds, op_columns)
+from opscope.model.torch_names import (C10D_PREFIX, COLLECTIVE_RANGE_PREFIXES,
+                                       NCCL_KERNEL_PREFIXES, RECORD_PARAM_COMMS)
 
 _INPUT_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 NO_TEXT, NOT_TEXT = -1, -2  # stack codes: no ``Call stack``; one that is not a string
 _PYTHON_RULE_EVENTS = 64  # python_function events whose args tell the torch version
+_COLLECTIVE_PREFIXES = (C10D_PREFIX,) + COLLECTIVE_RANGE_PREFIXES + NCCL_KERNEL_PREFIXES
 
 
 try:  # optional: faster keys than repr() on traces with many recorded inputs
@@ -146,10 +150,23 @@ class TraceColumns:
     ``stack`` ids into ``stacks``, ``flops``, ``has_flops``); ``fused`` maps an op
     to its ``"Fused Modules"`` (sparse: a compiled kernel's, see ``model.modules``),
     ``collective_facts`` to its collective's facts (``model.collective_facts``).
+
+    ``lean``: the events come from ``lean_events.lean_loads`` (or parsed whole),
+    and only the collectives' args are read (what a rank's facts need): every
+    other op has no inputs, stack, FLOPs, sequence number, correlation or module.
+
+    >>> cols = TraceColumns("t.json", lean=True)
+    >>> from opscope.load.lean_events import lean_loads
+    >>> cols.add(lean_loads('[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, '
+    ...     '"args": {"Input Dims": [[2]]}}, {"ph": "X", "cat": "cpu_op", '
+    ...     '"name": "c10d::allreduce_", "ts": 2, "args": {"Input Dims": [[4]]}}]'), 0)
+    >>> cols.column("sig").tolist(), cols.signature_values[0][0]
+    ([-1, 0], [[4]])
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lean: bool = False) -> None:
         self.path = path
+        self.lean = lean
         self.reset()
 
     def reset(self) -> None:
@@ -176,6 +193,7 @@ class TraceColumns:
         # (what, is python) -> (op, error) of the first bad ts or dur of each kind of op
         self.bad: Dict[Tuple[str, bool], Tuple[int, Exception]] = {}
         self.has_stacks = False
+        self.collective_names: List[bool] = []  # per name id: a collective's (lean)
 
     def column(self, name: str) -> np.ndarray:
         """One column over every op added so far."""
@@ -197,14 +215,14 @@ class TraceColumns:
             return
         op_place = place[found.op_rows]
         is_python = found.is_python
-        cols = op_columns(ops)
+        cols = op_columns(ops, with_args=not self.lean)
         self._put("ts", self._times(cols.ts, "ts", ops, op_place, is_python))
         self._put("dur", self._times(cols.dur, "dur", ops, op_place, is_python))
         self._put("name", self.names.codes(list(cols.names)))
         self._put("tid", self.tids.codes(list(cols.tids)))
         self._put("cat", self.cats.codes(list(cols.cats)))
         self._put("python", is_python.copy())
-        args = cols.args
+        args = self._lean_args(ops, cols.args) if self.lean else cols.args
         self._put("seq", int_column(list(map(methodcaller("get", "Sequence number", -1), args)),
                                     -1))
         self._put("fwd", int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0))
@@ -216,6 +234,22 @@ class TraceColumns:
         self._collective_facts(args)
         self._firsts(ops, cols, is_python, self.batches["cat"][-1])
         self.count += len(ops)
+
+    def _lean_args(self, ops: List[dict], args: List[dict]) -> List[dict]:
+        """``args`` with the collectives' parsed (the others' stay empty: still raw)."""
+        names = self.names.values
+        self.collective_names += [isinstance(n, str) and (n.startswith(_COLLECTIVE_PREFIXES)
+                                                          or n == RECORD_PARAM_COMMS)
+                                  for n in names[len(self.collective_names):]]
+        wanted = np.flatnonzero(self.collective_names)
+        rows = np.flatnonzero(np.isin(self.batches["name"][-1], wanted)).tolist()
+        if not rows:
+            return args
+        args = list(args)
+        for i in rows:
+            parsed = op_args(ops[i].get("args"))
+            args[i] = parsed if type(parsed) is dict else args[i]
+        return args
 
     def _other_events(self, found: ScannedEvents, place: np.ndarray) -> None:
         if not self.span_seen and found.span_seen:
@@ -316,7 +350,8 @@ class TraceColumns:
             self.pids[False] = ops[int(plain[0])].get("pid")
         if len(self.python_events) < _PYTHON_RULE_EVENTS and is_python.any():
             rows = np.flatnonzero(is_python)[:_PYTHON_RULE_EVENTS].tolist()
-            self.python_events += [ops[i] for i in rows]
+            self.python_events += [dict(ops[i], args=op_args(ops[i]["args"]))
+                                   if "args" in ops[i] else ops[i] for i in rows]
             del self.python_events[_PYTHON_RULE_EVENTS:]
         user = self.cats.ids.get("user_annotation")
         for i in np.flatnonzero(cats == user).tolist() if user is not None else ():

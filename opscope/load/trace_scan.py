@@ -23,6 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from opscope.load.lean_events import op_args
 from opscope.model.torch_names import MEMORY_EVENT
 from opscope.model.records import SCOPE_FUNCTION, SCOPE_USER
 from opscope.load.trace_file import TraceLoadError
@@ -157,18 +158,24 @@ class OpColumns(NamedTuple):
 
 _OP_KEYS = ("ts", "dur", "name", "tid", "cat", "args")
 _OP_FIELDS = itemgetter(*_OP_KEYS)
+_OP_FIELDS_NO_ARGS = itemgetter(*_OP_KEYS[:-1])
 _EMPTY: Dict[str, Any] = {}
 
 
-def op_columns(ops: List[dict]) -> OpColumns:
-    """The fields the loader reads, one list each (C-speed when every event has them)."""
+def op_columns(ops: List[dict], with_args: bool = True) -> OpColumns:
+    """The fields the loader reads, one list each (C-speed when every event has them).
+
+    Without ``with_args``, every op's args are empty (a lean load reads its own).
+    """
     if not ops:
         return OpColumns([], [], [], [], [], [])
+    keys = _OP_KEYS if with_args else _OP_KEYS[:-1]
     try:  # one pass over each event's dict: its fields are read while it is in cache
-        ts, dur, names, tids, cats, args = zip(*map(_OP_FIELDS, ops))
+        columns = list(zip(*map(_OP_FIELDS if with_args else _OP_FIELDS_NO_ARGS, ops)))
     except KeyError:  # some event lacks a field: one forgiving pass per field
-        ts, dur, names, tids, cats, args = (list(map(methodcaller("get", key), ops))
-                                            for key in _OP_KEYS)
+        columns = [list(map(methodcaller("get", key), ops)) for key in keys]
+    ts, dur, names, tids, cats = columns[:5]
+    args = columns[5] if with_args else [_EMPTY] * len(ops)
     if None in dur:
         dur = [0 if d is None else d for d in dur]
     if set(map(type, args)) - {dict}:
@@ -212,6 +219,16 @@ def _valid_span(event: dict) -> bool:
                for v in (event.get("ts"), event.get("dur", 0)))
 
 
+def _args_parsed(event: dict) -> dict:
+    """``event`` with its args parsed, where a lean load left them raw (``lean_events``)."""
+    args = event.get("args")
+    if args is not None and type(args) is not dict:
+        parsed = op_args(args)
+        if parsed is not args:
+            event["args"] = parsed
+    return event
+
+
 class ScannedEvents:
     """The trace's events sorted into the kinds the loader uses.
 
@@ -252,7 +269,8 @@ class ScannedEvents:
         self.ops: List[dict] = [events[i] for i in rows.tolist()]
         self.is_python = kind[rows] == _PYTHON
         # kernels, copies, memsets (load/trace_device.py reads them)
-        self.device: List[dict] = [events[i] for i in np.flatnonzero(kind == _DEVICE).tolist()]
+        self.device: List[dict] = [_args_parsed(events[i])
+                                   for i in np.flatnonzero(kind == _DEVICE).tolist()]
         spans = np.flatnonzero(kind == _SPAN)
         self.span_seen = bool(len(spans))
         if len(spans) and _valid_span(events[int(spans[0])]):
@@ -272,6 +290,7 @@ class ScannedEvents:
         self.is_python = np.zeros(len(self.ops), dtype=bool)
 
     def _other(self, e: dict, row: int) -> None:
+        e = _args_parsed(e)
         ph = e.get("ph")
         if ph in ("i", "I"):
             if e.get("name") == MEMORY_EVENT:
