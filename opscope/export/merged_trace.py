@@ -10,7 +10,9 @@ flow and async ids are made unique per rank. The traces are read twice
 (first for their ranks and clocks, then to stream their events to the
 output), in as many processes as there are cores, each holding one trace at
 a time, so memory holds a few traces, never the job; the output is written
-atomically.
+atomically. Each trace is read by msgspec with its events' ``args`` left as
+text, which is copied to the output as it was (``load.lean_events``); a trace
+msgspec refuses (an unknown event field, NaN) is parsed whole with json.
 
 Example::
 
@@ -37,10 +39,11 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from opscope.analysis.rank_checks import RunMark, check_one_run
 from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
-from opscope.export.atomic import atomic_text_writer
+from opscope.export.atomic import atomic_binary_writer
 from opscope.export.output_path import check_output_path
+from opscope.load.lean_events import UNSET, encode_event, read_raw_args_trace
 from opscope.load.parallel import default_jobs, map_in_processes
-from opscope.load.trace_file import read_trace_document
+from opscope.load.trace_file import read_trace_bytes, read_trace_document, resolve_trace_path
 from opscope.load.trace_scan import OP_CATEGORIES
 from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY, MERGED_RANKS_KEY
 
@@ -59,23 +62,40 @@ class _RankFile(NamedTuple):
     process_id: Optional[int]  # its events' pid: a rank's traces of one run share it
 
 
+def _raw_args_trace(path: str, max_bytes: Optional[int]):
+    """The trace read with its args raw (``lean_events``), or None where msgspec refuses it."""
+    data = read_trace_bytes(resolve_trace_path(path), max_bytes)
+    try:
+        return read_raw_args_trace(data)
+    except ValueError:
+        return None
+
+
 def _scan(path: str, max_bytes: Optional[int]) -> Optional[_RankFile]:
     """The rank and clock of one trace (None: it names no rank)."""
-    doc = read_trace_document(path, max_bytes)
-    info = doc.get(DISTRIBUTED_INFO_KEY)
+    raw = _raw_args_trace(path, max_bytes)
+    if raw is not None:
+        info, base, offset = raw.distributedInfo, raw.baseTimeNanoseconds, \
+            raw.opscopeClockOffsetNs
+        stamps = [e.ts for e in raw.traceEvents
+                  if isinstance(e.ts, (int, float)) and e.ph != "M"]
+        pid = next((e.pid for e in raw.traceEvents  # the first host op's, as the loader
+                    if isinstance(e.cat, str) and e.cat in OP_CATEGORIES), None)
+    else:
+        doc = read_trace_document(path, max_bytes)
+        info, base, offset = (doc.get(k) for k in (DISTRIBUTED_INFO_KEY,
+                                                   "baseTimeNanoseconds", CLOCK_OFFSET_KEY))
+        stamps = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict)
+                  and isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+        pid = next((e.get("pid") for e in doc["traceEvents"]
+                    if isinstance(e, dict) and e.get("cat") in OP_CATEGORIES), None)
     info = info if isinstance(info, dict) else {}
     rank = info.get("rank")
     rank = rank if type(rank) is int and rank >= 0 else rank_from_name(path)
     if rank is None:
         return None
-    base = doc.get("baseTimeNanoseconds")
-    offset = doc.get(CLOCK_OFFSET_KEY)
     clock = (base if type(base) is int else 0) + (offset if type(offset) is int else 0)
-    stamps = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict)
-              and isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
     first = clock + int(min(stamps) * 1000) if stamps else None
-    pid = next((e.get("pid") for e in doc["traceEvents"]  # the first host op's, as the loader
-                if isinstance(e, dict) and e.get("cat") in OP_CATEGORIES), None)
     return _RankFile(rank, path, clock, first, info, pid if type(pid) is int else None)
 
 
@@ -94,6 +114,18 @@ def _event(e: Dict[str, Any], rank: int, shift_us: float, n_ranks: int) -> Optio
     return out
 
 
+def _move_raw_args_event(e, rank: int, shift_us: float, n_ranks: int) -> Optional[bytes]:
+    """``_event`` of a ``read_raw_args_trace`` event, encoded (None: drop it)."""
+    if e.ph == "M" and e.name in _OWN_PROCESS_METADATA:
+        return None
+    e.pid = rank
+    if isinstance(e.ts, (int, float)) and not isinstance(e.ts, bool) and e.ph != "M":
+        e.ts = round(e.ts + shift_us, 3)
+    if e.ph in _ID_PHASES and e.id is not UNSET:
+        e.id = e.id * n_ranks + rank if type(e.id) is int else f"rank{rank}:{e.id}"
+    return encode_event(e)
+
+
 def _process_metadata(rank: int) -> List[dict]:
     return [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
              "args": {"name": f"rank {rank}"}},
@@ -101,15 +133,19 @@ def _process_metadata(rank: int) -> List[dict]:
              "args": {"sort_index": rank}}]
 
 
-def _events_text(f: _RankFile, origin: int, n_ranks: int, max_bytes: Optional[int]) -> str:
-    """The merged trace's text of one rank file's events (each after a ``,\\n``)."""
+def _events_text(f: _RankFile, origin: int, n_ranks: int, max_bytes: Optional[int]) -> bytes:
+    """The merged trace's text of one rank file's events (each after a ``,\\n``), UTF-8."""
     shift_us = (f.clock_ns - origin) / 1000
+    raw = _raw_args_trace(f.path, max_bytes)
+    if raw is not None:
+        moved = (_move_raw_args_event(e, f.rank, shift_us, n_ranks) for e in raw.traceEvents)
+        return b"".join(b",\n" + text for text in moved if text is not None)
     parts = []
     for e in read_trace_document(f.path, max_bytes)["traceEvents"]:
-        moved = _event(e, f.rank, shift_us, n_ranks) if isinstance(e, dict) else None
-        if moved is not None:
-            parts.append(",\n" + json.dumps(moved))
-    return "".join(parts)
+        event = _event(e, f.rank, shift_us, n_ranks) if isinstance(e, dict) else None
+        if event is not None:
+            parts.append(",\n" + json.dumps(event))
+    return "".join(parts).encode("utf-8")
 
 
 def write_merged_trace(paths: Sequence[str], output: str, *,
@@ -141,17 +177,14 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     head = {"schemaVersion": 1, "baseTimeNanoseconds": origin,
             "distributedInfo": {k: v for k, v in info.items() if k != "rank"},
             MERGED_RANKS_KEY: ranks}
-    with atomic_text_writer(output) as out:
-        out.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
-        first = True
-        for rank in ranks:
-            for event in _process_metadata(rank):
-                out.write(("" if first else ",\n") + json.dumps(event))
-                first = False
+    with atomic_binary_writer(output) as out:
+        out.write((json.dumps(head)[:-1] + ', "traceEvents": [\n').encode())
+        out.write(",\n".join(json.dumps(event) for rank in ranks
+                              for event in _process_metadata(rank)).encode())
         texts = partial(_events_text, origin=origin, n_ranks=n_ranks, max_bytes=max_bytes)
         for text in map_in_processes(texts, files, jobs):
             out.write(text)
-        out.write("\n]}\n")
+        out.write(b"\n]}\n")
     return ranks
 
 

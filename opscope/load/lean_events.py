@@ -91,3 +91,66 @@ def op_args(args: Any) -> Any:
         return _exact_loads(text)
     except ValueError:  # orjson refuses integers past 64 bits: json reads them
         return json.loads(text)
+
+
+# Every field of a Chrome trace event (Trace Event Format, and Kineto's), for
+# ``read_raw_args_trace``: an event with any other field is refused, so that a
+# rewritten event never loses one.
+_EVENT_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "id2", "bp", "s",
+                 "tts", "tdur", "cname", "sf", "esf", "bind_id", "flow_in", "flow_out",
+                 "scope", "use_async_tts")
+
+if msgspec is not None:
+    _FIELD = Union[int, float, str, bool, None, msgspec.UnsetType]
+    RawArgsEvent = msgspec.defstruct(
+        "RawArgsEvent", [(name, _FIELD, msgspec.UNSET) for name in _EVENT_FIELDS]
+        + [("args", Union[msgspec.Raw, msgspec.UnsetType], msgspec.UNSET)],
+        forbid_unknown_fields=True, omit_defaults=True)
+
+    class RawArgsTrace(msgspec.Struct):
+        """A trace's events (args raw) and the top-level keys a job's merge reads."""
+
+        traceEvents: List[RawArgsEvent]  # type: ignore[valid-type]
+        distributedInfo: Any = None
+        baseTimeNanoseconds: _FIELD = None
+        opscopeClockOffsetNs: _FIELD = None
+
+    _TRACE_DECODER = msgspec.json.Decoder(RawArgsTrace)
+    _EVENT_ENCODER = msgspec.json.Encoder()
+    UNSET = msgspec.UNSET
+else:  # pragma: no cover - depends on the environment
+    _TRACE_DECODER = _EVENT_ENCODER = UNSET = None
+
+
+def read_raw_args_trace(data: bytes):
+    """The :class:`RawArgsTrace` of a trace file's bytes: each event a struct of its
+    fields (absent ones ``UNSET``), its ``args`` raw, to be rewritten and encoded again
+    (``encode_event``) without parsing them.
+
+    Raises ValueError where msgspec is missing or refuses the text: not a JSON object
+    with a ``traceEvents`` list of events, an event field other than the known ones
+    (``_EVENT_FIELDS``) or a field that is a list or an object (but ``args``), NaN, bad
+    UTF-8. The caller then reads the trace as usual.
+
+    >>> doc = read_raw_args_trace(b'{"traceEvents": [{"ph": "X", "ts": 1, "pid": 3, '
+    ...                           b'"args": {"a": [1, 2]}}], "baseTimeNanoseconds": 5}')
+    >>> e = doc.traceEvents[0]
+    >>> e.pid, e.dur is UNSET, doc.baseTimeNanoseconds
+    (3, True, 5)
+    >>> e.pid = 0
+    >>> encode_event(e)
+    b'{"ph":"X","pid":0,"ts":1,"args":{"a": [1, 2]}}'
+    >>> try:
+    ...     read_raw_args_trace(b'{"traceEvents": [{"ph": "X", "other": 1}]}')
+    ... except ValueError:
+    ...     print("refused")
+    refused
+    """
+    if _TRACE_DECODER is None:  # pragma: no cover - depends on the environment
+        raise ValueError("msgspec is not installed")
+    return _TRACE_DECODER.decode(data)
+
+
+def encode_event(event) -> bytes:
+    """One :func:`read_raw_args_trace` event as compact JSON, its args as they were read."""
+    return _EVENT_ENCODER.encode(event)
