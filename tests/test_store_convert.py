@@ -116,6 +116,20 @@ def test_jobs_write_the_same_store(job, tmp_path):
     assert connect(one).execute(sql).fetchall() == connect(two).execute(sql).fetchall()
 
 
+def test_with_jobs_this_process_converts_ranks_too(tmp_path):
+    """``--jobs 2``: this process takes ranks as the worker does (from a queue it had filled,
+    it once found none while the queue's feeder thread still held them, and 1,024 ranks
+    ran on one core)."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank in range(8):
+        rank_trace(str(folder / f"t.rank{rank}.json"), rank, 8)
+    here = []  # the traces this process converted (``done`` is called here only)
+    result = convert([str(folder)], str(tmp_path / "s"), jobs=2, done=here.append)
+    assert result.ranks == list(range(8))
+    assert 1 <= len(here) <= 8 and len(set(here)) == len(here)
+
+
 def test_a_ranks_windows_are_in_time_order_not_name_order(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()

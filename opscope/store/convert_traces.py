@@ -3,10 +3,13 @@
 ``convert_files`` converts planned traces one at a time: stream, build,
 reduce to RankFacts, write the window, drop; a rank's collectives after its
 last trace. ``convert_in_jobs`` (``--jobs N``) runs it in N processes sharing
-one task queue.
+one list of ranks.
 
 This process and ``N - 1`` forked workers take whole ranks (all of a rank's
-traces, in time order) from one queue until it is empty, each writing its
+traces, in time order) by number from one shared counter until none is left
+(from a ``multiprocessing.Queue`` filled here, this process could find no rank
+while the queue's feeder thread still held them, and leave the work to the
+workers: 1,024 ranks on 2 cores ran on little more than one), each writing its
 ranks' partitions into the same store folder with its own ``StoreWriter``;
 ranks never share a file, so they cannot collide. The caller writes the marker
 when every process is done. A worker's error (a trace that cannot be read)
@@ -114,16 +117,26 @@ def rank_groups(files: list) -> List[list]:
     return sorted(groups, key=size, reverse=True)
 
 
-def _work(folder: str, tasks, results, failed, max_bytes: Optional[int],
+def _claim(counter, count: int) -> Optional[int]:
+    """The next task's index from the shared ``counter`` (None: all are taken)."""
+    with counter.get_lock():
+        index = counter.value
+        if index >= count:
+            return None
+        counter.value = index + 1
+        return index
+
+
+def _work(folder: str, groups: List[list], counter, results, failed, max_bytes: Optional[int],
           python_functions: Optional[str], done: Optional[Callable[[str], None]]):
-    """Convert ranks from ``tasks`` until it is empty; the results, or an error, to ``results``."""
+    """Convert the ranks of ``groups`` claimed from ``counter`` until none is left; the
+    results, or an error, to ``results``."""
     while not failed.is_set():
-        try:
-            group = tasks.get_nowait()
-        except queue.Empty:
+        index = _claim(counter, len(groups))
+        if index is None:
             return
         try:
-            result = convert_files(folder, group, max_bytes=max_bytes,
+            result = convert_files(folder, groups[index], max_bytes=max_bytes,
                                    python_functions=python_functions, done=done)
         except Exception as exc:  # reported to the parent, which raises it
             failed.set()
@@ -136,17 +149,16 @@ def convert_in_jobs(folder: str, files: list, jobs: int, max_bytes: Optional[int
                     python_functions: Optional[str], done: Optional[Callable[[str], None]]):
     """Convert ``files`` into ``folder`` in ``jobs`` processes; the merged ConvertResult."""
     context = multiprocessing.get_context("fork")
-    tasks, results, failed = context.Queue(), context.Queue(), context.Event()
-    groups = rank_groups(files)
-    for group in groups:
-        tasks.put(group)
-    workers = [context.Process(target=_work, args=(folder, tasks, results, failed,
+    results, failed = context.Queue(), context.Event()
+    groups = rank_groups(files)  # the workers inherit them; each claims the next by number
+    counter = context.Value("i", 0)
+    workers = [context.Process(target=_work, args=(folder, groups, counter, results, failed,
                                                    max_bytes, python_functions, None),
                                daemon=True) for _ in range(min(jobs, len(groups)) - 1)]
     for w in workers:
         w.start()
     try:
-        _work(folder, tasks, results, failed, max_bytes, python_functions, done)
+        _work(folder, groups, counter, results, failed, max_bytes, python_functions, done)
         items = []
         while any(w.is_alive() for w in workers) or not results.empty():
             try:
