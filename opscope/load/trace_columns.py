@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from itertools import compress, repeat
 from operator import methodcaller
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -222,34 +222,50 @@ class TraceColumns:
         self._put("tid", self.tids.codes(list(cols.tids)))
         self._put("cat", self.cats.codes(list(cols.cats)))
         self._put("python", is_python.copy())
-        args = self._lean_args(ops, cols.args) if self.lean else cols.args
-        self._put("seq", int_column(list(map(methodcaller("get", "Sequence number", -1), args)),
-                                    -1))
-        self._put("fwd", int_column(list(map(methodcaller("get", "Fwd thread id", 0), args)), 0))
-        self._put("corr", correlation_column(args))
-        self._put("sig", self._signatures(args))
-        self._put("stack", self._stack_codes(args))
-        self._flops(args, len(ops))
-        self._fused(args)
-        self._collective_facts(args)
+        if self.lean:
+            rows = self._collective_rows()
+            parsed = [op_args(ops[i].get("args")) for i in rows]
+            self._args_columns([a if type(a) is dict else {} for a in parsed], len(ops), rows)
+        else:
+            self._args_columns(cols.args, len(ops))
         self._firsts(ops, cols, is_python, self.batches["cat"][-1])
         self.count += len(ops)
 
-    def _lean_args(self, ops: List[dict], args: List[dict]) -> List[dict]:
-        """``args`` with the collectives' parsed (the others' stay empty: still raw)."""
+    def _args_columns(self, args: List[dict], n: int, rows: Optional[List[int]] = None) -> None:
+        """The columns read from the ops' args: ``args`` are those of the batch's ``n``
+        ops, or (lean) of its ops ``rows`` only, the others having none."""
+        def spread(values: np.ndarray, none: int) -> np.ndarray:
+            if rows is None:
+                return values
+            out = np.full(n, none, dtype=values.dtype)
+            out[rows] = values
+            return out
+
+        self._put("seq", spread(int_column(list(map(methodcaller("get", "Sequence number", -1),
+                                                    args)), -1), -1))
+        self._put("fwd", spread(int_column(list(map(methodcaller("get", "Fwd thread id", 0),
+                                                    args)), 0), 0))
+        self._put("corr", spread(correlation_column(args), 0))
+        self._put("sig", spread(self._signatures(args), -1))
+        self._put("stack", spread(self._stack_codes(args), NO_TEXT))
+        places = range(n) if rows is None else rows
+        flops = list(map(methodcaller("get", "flops", 0), args))
+        if rows is not None:
+            flops, some = [0] * n, flops
+            for i, value in zip(rows, some):
+                flops[i] = value
+        self._flops(flops)
+        self._fused(args, places)
+        self._collective_facts(args, places)
+
+    def _collective_rows(self) -> List[int]:
+        """The rows of the batch's collectives (and ``record_param_comms``), by name."""
         names = self.names.values
         self.collective_names += [isinstance(n, str) and (n.startswith(_COLLECTIVE_PREFIXES)
                                                           or n == RECORD_PARAM_COMMS)
                                   for n in names[len(self.collective_names):]]
         wanted = np.flatnonzero(self.collective_names)
-        rows = np.flatnonzero(np.isin(self.batches["name"][-1], wanted)).tolist()
-        if not rows:
-            return args
-        args = list(args)
-        for i in rows:
-            parsed = op_args(ops[i].get("args"))
-            args[i] = parsed if type(parsed) is dict else args[i]
-        return args
+        return np.flatnonzero(np.isin(self.batches["name"][-1], wanted)).tolist()
 
     def _other_events(self, found: ScannedEvents, place: np.ndarray) -> None:
         if not self.span_seen and found.span_seen:
@@ -317,8 +333,8 @@ class TraceColumns:
         return np.array([NO_TEXT if t is None else self.stacks.id(t) if isinstance(t, str)
                          else NOT_TEXT for t in texts], dtype=np.int32)
 
-    def _flops(self, args: List[dict], n: int) -> None:
-        values = list(map(methodcaller("get", "flops", 0), args))
+    def _flops(self, values: List[Any]) -> None:
+        """The ops' ``flops`` args (0: none); a column only once some op has them."""
         if values.count(0) == len(values) and "flops" not in self.batches:
             return
         if "flops" not in self.batches:  # the first batch with FLOPs: zeros before it
@@ -327,19 +343,22 @@ class TraceColumns:
         self._put("flops", int_column(values, 0))
         self._put("has_flops", np.array([v != 0 for v in values], dtype=bool))
 
-    def _fused(self, args: List[dict]) -> None:
+    def _fused(self, args: List[dict], places: Sequence[int]) -> None:
+        """The ops' "Fused Modules" (``args[k]`` is op ``places[k]``'s)."""
         for i in compress(range(len(args)), map(dict.__contains__, args, repeat(TRACE_ARG_FUSED))):
             entries = fused_modules_from_text(args[i][TRACE_ARG_FUSED])
             if entries:
-                self.fused[self.count + i] = entries
+                self.fused[self.count + places[i]] = entries
 
-    def _collective_facts(self, args: List[dict]) -> None:
+    def _collective_facts(self, args: List[dict], places: Sequence[int]) -> None:
+        """The ops' collective facts (``args[k]`` is op ``places[k]``'s)."""
         for key in MARKER_ARGS:
             for i in compress(range(len(args)), map(dict.__contains__, args, repeat(key))):
-                if self.count + i not in self.collective_facts:
+                op = self.count + places[i]
+                if op not in self.collective_facts:
                     facts = CollectiveFacts.from_args(args[i])
                     if facts is not None:
-                        self.collective_facts[self.count + i] = facts
+                        self.collective_facts[op] = facts
 
     def _firsts(self, ops: List[dict], cols, is_python: np.ndarray, cats: np.ndarray) -> None:
         """The first pids, the first Python events and the module ranges of the batch."""
