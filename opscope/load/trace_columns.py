@@ -44,10 +44,13 @@ _PYTHON_RULE_EVENTS = 64  # python_function events whose args tell the torch ver
 _COLLECTIVE_PREFIXES = (C10D_PREFIX,) + COLLECTIVE_RANGE_PREFIXES + NCCL_KERNEL_PREFIXES
 
 
-try:  # optional: faster keys than repr() on traces with many recorded inputs
+try:  # faster keys than repr() on traces with many recorded inputs
     from orjson import dumps as _fast_dumps
 except ImportError:  # pragma: no cover - depends on the environment
-    _fast_dumps = None
+    try:
+        from msgspec.json import encode as _fast_dumps
+    except ImportError:
+        _fast_dumps = None
 
 
 def signature_key(values: tuple) -> object:

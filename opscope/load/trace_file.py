@@ -46,10 +46,13 @@ import stat
 import zlib
 from typing import Any, Dict, Iterator
 
-try:  # optional: parses a document several times faster; where it refuses, json decides
-    from orjson import loads as _fast_loads
+try:  # parses a document several times faster (orjson's when installed, else msgspec's,
+    from orjson import loads as _fast_loads  # a dependency); where it refuses, json decides
 except ImportError:  # pragma: no cover - depends on the environment
-    _fast_loads = None
+    try:
+        from msgspec.json import decode as _fast_loads
+    except ImportError:
+        _fast_loads = None
 
 from opscope.load.trace_size import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV,  # noqa: F401
                                      default_max_bytes, format_size, parse_size)
@@ -335,9 +338,10 @@ def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
 
 
 def _loads(data: bytes) -> Any:
-    """``json.loads(data)``, by orjson where it accepts the text (the same objects).
+    """``json.loads(data)``, by orjson or msgspec where it accepts the text (the same
+    objects, but integers past 64 bits, which they make floats).
 
-    >>> _loads(b'{"a": [1, 2.5, NaN]}')  # orjson refuses NaN: json reads it
+    >>> _loads(b'{"a": [1, 2.5, NaN]}')  # both refuse NaN: json reads it
     {'a': [1, 2.5, nan]}
     """
     if _fast_loads is not None:

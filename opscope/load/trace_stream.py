@@ -9,8 +9,9 @@ event list is parsed a batch at a time and each batch goes into
 an op. So the peak is the columns plus one batch of JSON objects.
 
 A batch is parsed by one ``loads`` of the events up to the last ``}`` that
-closes an event in the text at hand (orjson's when installed: what it accepts,
-json reads the same; what it refuses goes to json), the fast case; when that cut
+closes an event in the text at hand (orjson's when installed, else msgspec's:
+what they accept, json reads the same, but for integers past 64 bits, which they
+make floats; what they refuse goes to json), the fast case; when that cut
 proves wrong (a ``},`` inside a string, an odd layout) the events are parsed
 one at a time with ``raw_decode``. Either way the result is exact: a cut is
 used only when the text up to it parses as a list of whole events.
@@ -45,10 +46,13 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _EVENT_END = re.compile(r"[ \t\n\r]*,")  # what follows the last } of a batch's last event
 _DECODER = json.JSONDecoder()
 
-try:  # optional: parses a batch faster; where it refuses, json decides
-    from orjson import loads as _fast_loads
+try:  # parses a batch faster (orjson's when installed, else msgspec's, a dependency);
+    from orjson import loads as _fast_loads  # where it refuses, json decides
 except ImportError:  # pragma: no cover - depends on the environment
-    _fast_loads = json.loads
+    try:
+        from msgspec.json import decode as _fast_loads
+    except ImportError:
+        _fast_loads = json.loads
 
 
 def stream_trace(path: str, max_bytes: Optional[int] = None,
