@@ -208,8 +208,9 @@ def _times(session: ProfileSession, names: List[str], calls: List[CollectiveCall
     ops = ((table.scope != SCOPE_USER) & ((table.flags & FLAG_PYTHON_FUNCTION) == 0)
            & ~np.isin(table.thread_index, workers) & ~is_coll)
     c10d = np.isin(table.name_id, c10d_ids)
-    compute = difference(union(table.start_ns[ops] + shift, table.end_ns[ops] + shift),
-                         union(table.start_ns[c10d] + shift, table.end_ns[c10d] + shift))
+    compute = difference(union(table.start_ns[ops], table.end_ns[ops]),
+                         union(table.start_ns[c10d], table.end_ns[c10d]))
+    compute = (compute[0] + shift, compute[1] + shift)  # after the union: never more rows
     comm = union(np.array([c.arrival_ns for c in calls], dtype=np.int64),
                  np.array([c.end_ns for c in calls], dtype=np.int64))
     return total(compute), total(comm), total(intersection(compute, comm))
