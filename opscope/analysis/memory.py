@@ -101,19 +101,55 @@ def with_memory_events(table: EventTable, memory: np.ndarray, owner: np.ndarray
         "stack_id": np.full(k, NO_STACK, dtype=np.int64),
         "record": np.full(k, -1, dtype=np.int64),
     }
-    cols = {c: np.concatenate([getattr(table, c), extra[c]]) for c in EventTable.COLUMNS}
-    order = sort_order(cols["start_ns"], cols["end_ns"])
-    out = EventTable(table.symbols, {c: v[order] for c, v in cols.items()}, raw=table.raw,
-                     base_ns=table.base_ns, epoch_offset_ns=table.epoch_offset_ns,
-                     thread_ids=list(table.thread_ids))
-    remap = np.empty(len(order), dtype=np.int64)
-    remap[order] = np.arange(len(order))
-    parent = np.concatenate([table.parent, np.full(k, -1, dtype=np.int64)])
-    out.parent = np.where(parent[order] >= 0, remap[np.maximum(parent[order], 0)], -1)
-    out.self_ns = np.concatenate([table.self_ns, np.zeros(k, dtype=table.self_ns.dtype)])[order]
-    new_owner = np.where(owner >= 0, remap[np.maximum(owner, 0)], -1)
-    new_owner[loose] = remap[len(table) + np.arange(k)]
+    n = len(table)
+    place_table, place_extra = _merged_places(table, rec["time_ns"].astype(np.int64))
+    if place_table is None:  # the table is not in (start, -end) order: sort both
+        cols = {c: np.concatenate([getattr(table, c), extra[c]]) for c in EventTable.COLUMNS}
+        order = sort_order(cols["start_ns"], cols["end_ns"])
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        place_table, place_extra = place[:n], place[n:]
+    columns = {}
+    for c in EventTable.COLUMNS:  # each row written once where it goes
+        values = getattr(table, c)
+        out_col = np.empty(n + k, dtype=np.result_type(values, extra[c]))
+        out_col[place_table], out_col[place_extra] = values, extra[c]
+        columns[c] = out_col
+    out = EventTable(table.symbols, columns, raw=table.raw, base_ns=table.base_ns,
+                     epoch_offset_ns=table.epoch_offset_ns, thread_ids=list(table.thread_ids))
+    out.parent = np.full(n + k, -1, dtype=np.int64)
+    out.parent[place_table] = np.where(table.parent >= 0,
+                                       place_table[np.maximum(table.parent, 0)], -1)
+    out.self_ns = np.zeros(n + k, dtype=table.self_ns.dtype)
+    out.self_ns[place_table] = table.self_ns
+    new_owner = np.where(owner >= 0, place_table[np.maximum(owner, 0)], -1)
+    new_owner[loose] = place_extra
     return out, new_owner
+
+
+def _merged_places(table: EventTable, times: np.ndarray):
+    """Where the table's rows and the zero-length ``[memory]`` events at ``times`` (in
+    time order) go in (start, -end) order, the table's first at equal keys, as a stable
+    sort of both would put them: (table places, memory places), or (None, None) when
+    the table is not in that order already.
+
+    >>> from opscope.model.records import RawSession, records_from_rows
+    >>> def ev(s, e): return (s, e, -1, 0, 0, 0, 1, 0xFFFFFFFF, 7, 0, 0)
+    >>> t = EventTable.from_raw(RawSession(records_from_rows([ev(0, 9), ev(5, 6)]), [], [1],
+    ...                                    ["op"], 0, 9, 0))
+    >>> [p.tolist() for p in _merged_places(t, np.array([0, 5, 7]))]
+    [[0, 2], [1, 3, 4]]
+    """
+    start, end = table.start_ns, table.end_ns
+    step, shrink = np.diff(start), np.diff(end)
+    if not bool(((step > 0) | ((step == 0) & (shrink <= 0))).all()) or \
+            not bool((times[1:] >= times[:-1]).all()):
+        return None, None
+    # a [memory] event at t follows every row starting at or before t
+    place_extra = np.searchsorted(start, times, side="right") + np.arange(len(times))
+    taken = np.zeros(len(start) + len(times), dtype=bool)
+    taken[place_extra] = True
+    return np.flatnonzero(~taken), place_extra
 
 
 def _rf_thread_of(table: EventTable, thread_index: np.ndarray) -> np.ndarray:
@@ -128,7 +164,11 @@ def _rf_thread_of(table: EventTable, thread_index: np.ndarray) -> np.ndarray:
 
 
 def sorted_memory(memory: np.ndarray) -> np.ndarray:
-    """Records in time order (stable, so one thread's order is kept)."""
+    """Records in time order (stable, so one thread's order is kept): ``memory`` itself
+    when it is in order already, as one thread's recording is."""
     if len(memory) == 0:
         return np.zeros(0, MEMORY_DTYPE)
-    return memory[np.argsort(memory["time_ns"], kind="stable")]
+    times = memory["time_ns"]
+    if bool((times[1:] >= times[:-1]).all()):
+        return memory
+    return memory[np.argsort(times, kind="stable")]
