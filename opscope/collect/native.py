@@ -105,7 +105,7 @@ class NativeCollector:
             table = stack_table(np.frombuffer(begin, dtype=np.uint32),
                                 np.frombuffer(entries, dtype=np.uint32), frames)
         return RawSession(
-            memory=np.frombuffer(memory, dtype=MEMORY_DTYPE).copy(),
+            memory=np.frombuffer(memory, dtype=MEMORY_DTYPE),  # read-only: not copied
             stack_ids=stack_ids,
             stack_table=table,
             records=records,
