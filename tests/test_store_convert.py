@@ -118,8 +118,8 @@ def test_jobs_write_the_same_store(job, tmp_path):
 
 def test_with_jobs_this_process_converts_ranks_too(tmp_path):
     """``--jobs 2``: this process takes ranks as the worker does (from a queue it had filled,
-    it once found none while the queue's feeder thread still held them, and 1,024 ranks
-    ran on one core)."""
+    its ``get_nowait`` once found none while a worker held the queue's lock, and 1,024
+    ranks ran on one core)."""
     folder = tmp_path / "traces"
     folder.mkdir()
     for rank in range(8):

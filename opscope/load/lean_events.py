@@ -28,18 +28,14 @@ Example::
 
 from __future__ import annotations
 
-import json
 from typing import Any, List, TypedDict, Union
+
+from opscope.load.trace_file import json_loads
 
 try:  # declared by the package; a load without it parses every object
     import msgspec
 except ImportError:  # pragma: no cover - depends on the environment
     msgspec = None
-
-try:  # exact where msgspec refuses: NaN, integers past 64 bits (json reads every one)
-    from orjson import loads as _exact_loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _exact_loads = json.loads
 
 # What a field may hold for msgspec to read it as json would: an integer field keeps
 # integers past 64 bits exact, where ``Any`` would make them floats; anything else
@@ -83,14 +79,9 @@ def lean_loads(text: "str | bytes") -> List[Any]:
 
 
 def op_args(args: Any) -> Any:
-    """``args`` parsed, where it is still raw text; anything else as it is."""
-    if type(args) is not _RAW:
-        return args
-    text = bytes(args)
-    try:
-        return _exact_loads(text)
-    except ValueError:  # orjson refuses integers past 64 bits: json reads them
-        return json.loads(text)
+    """``args`` parsed as a full load parses them (``trace_file.json_loads``), where it
+    is still raw text; anything else as it is."""
+    return json_loads(bytes(args)) if type(args) is _RAW else args
 
 
 # Every field of a Chrome trace event (Trace Event Format, and Kineto's), for

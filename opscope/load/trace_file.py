@@ -46,13 +46,13 @@ import stat
 import zlib
 from typing import Any, Dict, Iterator
 
-try:  # parses a document several times faster (orjson's when installed, else msgspec's,
-    from orjson import loads as _fast_loads  # a dependency); where it refuses, json decides
+try:  # parses JSON several times faster (orjson's when installed, else msgspec's, a
+    from orjson import loads as fast_loads  # dependency); where it refuses, json decides
 except ImportError:  # pragma: no cover - depends on the environment
     try:
-        from msgspec.json import decode as _fast_loads
+        from msgspec.json import decode as fast_loads
     except ImportError:
-        _fast_loads = None
+        fast_loads = None
 
 from opscope.load.trace_size import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV,  # noqa: F401
                                      default_max_bytes, format_size, parse_size)
@@ -337,16 +337,16 @@ def read_trace_bytes(path: str, max_bytes: "int | None" = None) -> bytes:
     return b"".join(iter_trace_chunks(path, max_bytes))
 
 
-def _loads(data: bytes) -> Any:
-    """``json.loads(data)``, by orjson or msgspec where it accepts the text (the same
-    objects, but integers past 64 bits, which they make floats).
+def json_loads(data: "bytes | str") -> Any:
+    """``json.loads(data)``, by ``fast_loads`` where it accepts the text (the same
+    objects, but integers past 64 bits, which orjson and msgspec make floats).
 
-    >>> _loads(b'{"a": [1, 2.5, NaN]}')  # both refuse NaN: json reads it
+    >>> json_loads(b'{"a": [1, 2.5, NaN]}')  # both refuse NaN: json reads it
     {'a': [1, 2.5, nan]}
     """
-    if _fast_loads is not None:
+    if fast_loads is not None:
         try:
-            return _fast_loads(data)
+            return fast_loads(data)
         except ValueError:  # NaN, integers past 64 bits, bad UTF-8: json's rules decide
             pass
     return json.loads(data)
@@ -366,7 +366,7 @@ def read_trace_document(path: "str | os.PathLike[str]",
         raise TraceLoadError(file, "file is empty (expected Chrome trace JSON)")
     try:
         try:
-            doc = _loads(data)
+            doc = json_loads(data)
         except UnicodeDecodeError:
             # torch 2.4 can write python_function names holding bytes that are not UTF-8;
             # the rest of such a trace is good, so those bytes become U+FFFD

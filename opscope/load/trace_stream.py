@@ -38,7 +38,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from opscope.load.lean_events import lean_loads
 from opscope.load.trace_columns import TraceColumns
 from opscope.load.trace_events import columns_session
-from opscope.load.trace_file import LIST_WITHOUT_EVENTS, TraceLoadError, iter_trace_chunks
+from opscope.load.trace_file import (LIST_WITHOUT_EVENTS, TraceLoadError, fast_loads,
+                                     iter_trace_chunks)
 from opscope.model.records import RawSession
 
 CHUNK_BYTES = 4 * 2 ** 20  # bytes read (or inflated) per step: about a batch of events
@@ -46,13 +47,7 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _EVENT_END = re.compile(r"[ \t\n\r]*,")  # what follows the last } of a batch's last event
 _DECODER = json.JSONDecoder()
 
-try:  # parses a batch faster (orjson's when installed, else msgspec's, a dependency);
-    from orjson import loads as _fast_loads  # where it refuses, json decides
-except ImportError:  # pragma: no cover - depends on the environment
-    try:
-        from msgspec.json import decode as _fast_loads
-    except ImportError:
-        _fast_loads = json.loads
+_fast_loads = fast_loads or json.loads  # a batch: orjson's or msgspec's where they take it
 
 
 def stream_trace(path: str, max_bytes: Optional[int] = None,

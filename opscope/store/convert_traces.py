@@ -7,10 +7,11 @@ one list of ranks.
 
 This process and ``N - 1`` forked workers take whole ranks (all of a rank's
 traces, in time order) by number from one shared counter until none is left
-(from a ``multiprocessing.Queue`` filled here, this process could find no rank
-while the queue's feeder thread still held them, and leave the work to the
-workers: 1,024 ranks on 2 cores ran on little more than one), each writing its
-ranks' partitions into the same store folder with its own ``StoreWriter``;
+(a ``multiprocessing.Queue``'s ``get_nowait`` answers "empty" while a worker
+holds the queue's read lock, or before the feeder thread has sent the ranks: this
+process then left the work to the workers, and 1,024 ranks on 2 cores ran on one
+core), each writing its ranks' partitions into the same store folder with its own
+``StoreWriter``;
 ranks never share a file, so they cannot collide. The caller writes the marker
 when every process is done. A worker's error (a trace that cannot be read)
 stops the others after their current rank and is raised here with its message.
