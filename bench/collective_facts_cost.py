@@ -11,6 +11,10 @@ read). Rank 0 measures, each figure the median of its repetitions:
 - ``add_ns``: CPU time of one ``torch.add`` of 2-element tensors inside
   ``opscope.profile()`` (an ordinary op: opscope's observer does nothing more for it
   either way);
+- ``wrapped_us`` and ``note_us``: while a window records, opscope wraps torch's
+  ProcessGroup methods (``collect/process_group_calls.py``): CPU time of the same
+  all_reduce with the wrappers on (interleaved with ``allreduce_cpu_us`` off, 5 times
+  each), and of the wrapper's own bookkeeping for one call (group, sizes, call site);
 - ``stop_ms`` and ``export_ms``: CPU time of the process to leave an ``opscope.profile()``
   window of ``--collectives`` all_reduces (the stop reads the recorder), and to
   ``export_chrome_trace`` it (the join of the recorder's rows to the ops, and their args).
@@ -57,7 +61,19 @@ def worker(collectives: int) -> None:
     a, b = torch.ones(2), torch.ones(2)
     _per_call_ns(lambda: dist.all_reduce(t), 200, 1)  # warm up
     allreduce = _per_call_ns(lambda: dist.all_reduce(t), 500, 5)
-    allreduce_cpu = _per_call_ns(lambda: dist.all_reduce(t), 500, 5, time.process_time_ns)
+    from opscope.collect.process_group_calls import METHODS, ProcessGroupCalls
+
+    plain, wrapped = [], []
+    for _ in range(5):  # interleaved: the wrappers off, then on
+        plain.append(_per_call_ns(lambda: dist.all_reduce(t), 500, 1, time.process_time_ns))
+        calls = ProcessGroupCalls()
+        calls.install()
+        wrapped.append(_per_call_ns(lambda: dist.all_reduce(t), 500, 1, time.process_time_ns))
+        calls.uninstall()
+    allreduce_cpu, wrapped_cpu = statistics.median(plain), statistics.median(wrapped)
+    calls, group, frame = ProcessGroupCalls(), dist.group.WORLD, sys._getframe()
+    note = _per_call_ns(lambda: calls._note("allreduce", METHODS["allreduce"], group, ([t],),
+                                            0, frame), 2000, 5, time.process_time_ns)
     adds, stops, exports = [], [], []
     with tempfile.TemporaryDirectory() as folder:
         for rep in range(3):
@@ -79,6 +95,7 @@ def worker(collectives: int) -> None:
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps({
             "allreduce_us": allreduce / 1e3, "allreduce_cpu_us": allreduce_cpu / 1e3,
+            "wrapped_us": wrapped_cpu / 1e3, "note_us": note / 1e3,
             "add_ns": statistics.median(adds),
             "stop_ms": 1e3 * statistics.median(stops),
             "export_ms": 1e3 * statistics.median(exports), "events_with_seq": args}))
@@ -123,14 +140,16 @@ def main() -> None:
         results[recorder].append(run_job(recorder, args.collectives, args.world))
     print(f"{args.world} rank(s); load average at the end: {os.getloadavg()[0]:.2f}")
     print("| flight recorder | jobs | all_reduce us, wall (no profiler) | all_reduce us, CPU | "
+          "same, wrappers on | one note us CPU | "
           f"torch.add ns CPU (profiled) | stop ms CPU ({args.collectives} collectives) | "
           "export ms CPU | events with Seq |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for recorder in (True, False):
         rows = results[recorder]
         med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
         print(f"| {'on (default)' if recorder else 'off (=0)'} | {len(rows)} | "
               f"{med['allreduce_us']:.1f} | {med['allreduce_cpu_us']:.1f} | "
+              f"{med['wrapped_us']:.1f} | {med['note_us']:.2f} | "
               f"{med['add_ns']:.0f} | {med['stop_ms']:.1f} | "
               f"{med['export_ms']:.1f} | {med['events_with_seq']:.0f} |")
 

@@ -204,6 +204,7 @@ class profile(ProfileResults):
         self._exit_step_range()
         if self._window is not None:  # a script's process group may begin after start()
             complete_distributed_info(self._window.metadata, final=False)
+            self._window.on_step()
         previous = self.current_action
         self.step_num += 1
         StepTracker.increment_step(PROFILER_STEP_NAME)

@@ -5,7 +5,8 @@ One real 2-rank gloo job (``tests/ranks_workloads/ddp_train.py`` under torchrun,
 DDP model's gradient allreduce and a loss allreduce on the default group, an
 all_gather on a second group each step, and on the last step rank 1's loss
 allreduce smaller than rank 0's (the job then fails on its short process-group
-timeout, with its traces written). torch.profiler writes no ``record_param_comms``
+timeout, with its traces written); each step also sends point to point both ways
+(``send``/``recv``, ``isend``/``irecv``), which torch's flight recorder does not keep on gloo. torch.profiler writes no ``record_param_comms``
 on gloo (torch 2.13), so its own counts are compared on a synthetic NCCL-style trace.
 """
 
@@ -28,7 +29,7 @@ SMALL_STEP = STEPS - 1
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     folder = tmp_path_factory.mktemp("groups")
-    done = run_job(folder, 2, "--plain", "--second-group", "--small-rank", "1",
+    done = run_job(folder, 2, "--plain", "--second-group", "--p2p", "--small-rank", "1",
                    "--small-step", str(SMALL_STEP), "--timeout-s", "4", expect_ok=False)
     assert sorted(p.name for p in folder.glob("*.pt.trace.json")) == [
         "train.rank0.pt.trace.json", "train.rank1.pt.trace.json"], done.stderr[-3000:]
@@ -66,10 +67,40 @@ def test_a_smaller_allreduce_is_named_at_its_own_number(job, capsys):
     assert d["ranks"] == {"0": "allreduce", "1": "allreduce"}
     assert d["in_nelems"] == {"0": 4, "1": 2} and d["bytes"] == {"0": 16, "1": 8}
     assert d["dtypes"] == {"0": "Float", "1": "Float"}
+    # each rank's Python call site, with no with_stack and no torch._inductor imported
+    assert set(d["call_sites"]) == {"0", "1"}
+    for site in d["call_sites"].values():
+        assert "ddp_train.py(" in site and site.endswith(": counted_all_reduce"), site
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli_main(["ranks", str(job)])
     assert "rank 1: allreduce (8 B, 2 -> 2 elements, Float)" in capsys.readouterr().out
+
+
+def p2p_events(folder: Path, rank: int, name: str) -> list:
+    doc = json.loads((folder / f"train.rank{rank}.pt.trace.json").read_text())
+    return [e["args"] for e in doc["traceEvents"] if e.get("name") == name]
+
+
+def test_point_to_point_ops_carry_group_number_sizes_and_peer(job):
+    sends = {r: p2p_events(job, r, "c10d::send") for r in (0, 1)}
+    recvs = {r: p2p_events(job, r, "c10d::recv_") for r in (0, 1)}
+    assert [len(sends[r]) for r in (0, 1)] == [len(recvs[r]) for r in (0, 1)] == [STEPS] * 2
+    fields = ("Process Group Name", "Process Group Ranks", "In msg nelems", "dtype")
+    assert {tuple(a[k] for k in fields) + (a["Dst Rank"],) for a in sends[0]} == {
+        ("0", "[0, 1]", 5, "Float", 1)}
+    assert {tuple(a[k] for k in fields) + (a["Src Rank"],) for a in recvs[1]} == {
+        ("0", "[0, 1]", 5, "Float", 0)}
+    assert {tuple(a[k] for k in fields) + (a["Dst Rank"],) for a in sends[1]} == {
+        ("0", "[0, 1]", 3, "Double", 0)}
+    assert {tuple(a[k] for k in fields) + (a["Src Rank"],) for a in recvs[0]} == {
+        ("0", "[0, 1]", 3, "Double", 1)}
+    # torch's group number: a send and its receive have the same on both ranks
+    assert [a["Seq"] for a in sends[0]] == [a["Seq"] for a in recvs[1]]
+    assert [a["Seq"] for a in sends[1]] == [a["Seq"] for a in recvs[0]]
+    assert all(a["Seq"] > 0 for a in sends[0] + sends[1])
+    assert all(a["Collective Call Site"].endswith(": point_to_point")
+               for a in sends[0] + recvs[0] + sends[1] + recvs[1])
 
 
 def test_trace_events_carry_torchs_args(job):
@@ -98,6 +129,10 @@ def test_the_store_holds_the_facts(job, tmp_path, capsys):
     rows = con.execute("SELECT DISTINCT pg, pg_desc, pg_ranks, in_nelems, out_nelems, dtype "
                        "FROM collectives WHERE kind = 'allgather'").fetchall()
     assert rows == [("1", "undefined", "[0, 1]", 6, 12, "Float")]
+    p2p = con.execute("SELECT kind, fr_pg, count(*), count(DISTINCT fr_seq), min(in_nelems) "
+                      "FROM collectives WHERE kind IN ('send', 'recv') "
+                      "GROUP BY kind, fr_pg ORDER BY kind").fetchall()
+    assert p2p == [("recv", "0", 2 * STEPS, 2 * STEPS, 3), ("send", "0", 2 * STEPS, 2 * STEPS, 3)]
     assert ranks_json(tmp_path / "s", capsys)["desync"] == ranks_json(job, capsys)["desync"]
 
 

@@ -25,14 +25,15 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "ranks_workloads" / "subgroup_job.py"
 
 
-def run_subgroup_job(folder: Path, flight_recorder: bool) -> Path:
+def run_subgroup_job(folder: Path, flight_recorder: bool, buffer: int = 1000,
+                     steps: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep), OMP_NUM_THREADS="1")
-    env["TORCH_FR_BUFFER_SIZE"] = "1000" if flight_recorder else "0"  # 0: torch's is off
+    env["TORCH_FR_BUFFER_SIZE"] = str(buffer) if flight_recorder else "0"  # 0: torch's is off
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
-           str(folder)]
+           str(folder)] + ([str(steps)] if steps else [])
     done = run_in_group(cmd, timeout=240, env=env, cwd=str(folder))
     assert done.returncode == 0, done.stderr[-3000:]
     return folder
@@ -71,3 +72,17 @@ def test_without_the_recorder_the_ordinal_rule_reports_a_desync(tmp_path, capsys
     assert FLIGHT_RECORDER_KEY not in doc
     desync = ranks_json(folder, capsys)["desync"]
     assert desync and desync[0]["ranks"] == {"0": "allreduce", "1": "broadcast"}
+
+
+def test_a_window_longer_than_the_recorders_buffer_keeps_every_collectives_facts(
+        tmp_path, capsys):
+    # 8 entries kept by torch, 4 collectives a step on rank 0, 10 steps: the buffer wraps
+    # five times over; opscope reads it at the steps where half of it filled
+    folder = run_subgroup_job(tmp_path / "small", flight_recorder=True, buffer=8, steps=10)
+    doc = json.loads((folder / "job.rank0.pt.trace.json").read_text())
+    ops = [e for e in doc["traceEvents"] if e.get("name", "").startswith("c10d::")]
+    assert len(ops) == 40 and all("Seq" in e["args"] for e in ops)
+    result = ranks_json(folder, capsys)
+    assert result["desync"] == []
+    solo = [c["seq"] for c in result["collectives"] if c["pg"] == "1"]
+    assert solo == list(range(1, 11))

@@ -146,7 +146,10 @@ def assert_straggler(doc, sleeper):
     stragglers = doc["stragglers"]
     assert stragglers and stragglers[0]["rank"] == sleeper, stragglers
     assert stragglers[0]["late_count"] >= STEPS - 1
-    assert abs(stragglers[0]["mean_lateness_ms"] - SLEEP_MS) <= TOLERANCE * SLEEP_MS, stragglers
+    # the injected sleep, not lost and not counted twice; above it by up to half (the mean
+    # includes the first step, where a busy host can start 4 ranks' profilers apart)
+    lateness = stragglers[0]["mean_lateness_ms"]
+    assert (1 - TOLERANCE) * SLEEP_MS <= lateness <= 1.5 * SLEEP_MS, stragglers
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))

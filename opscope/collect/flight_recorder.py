@@ -12,8 +12,14 @@ sequence number, profiling name, time created (Unix ns), group description, inpu
 elements, output elements, dtype, call site, is point-to-point]``
 (``opscope.analysis.flight_recorder`` gives them to the collectives' events).
 
+A window of more collectives than the buffer holds would lose its first ones'
+facts, so ``FlightDrain`` reads the buffer at a ``prof.step()`` once half of it
+has been filled since the last read (torch's per-group counters tell, for about
+30 us a step), and keeps every row of the window.
+
 >>> flight_recorder_rows(0) is None   # no recorder buffer in this process
 True
+>>> drain = FlightDrain(0); drain.on_step(); drain.rows()   # nor here
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from opscope.model.collective_facts import user_call_site
 from opscope.model.torch_names import C10D_PREFIX
 
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+DEFAULT_BUFFER = 2000  # entries, where the variable is unset (torch 2.13's default)
 MAX_ROWS = 200_000  # a buffer is bounded by the env var; this bounds what a trace holds
 
 
@@ -150,3 +157,58 @@ def flight_recorder_rows(since_unix_ns: int) -> Optional[List[List[Any]]]:
         if row[1] > 0:
             rows.append(row)
     return rows[-MAX_ROWS:] or None
+
+
+def enqueued_so_far() -> Optional[int]:
+    """Collectives enqueued so far in this process, all groups (the recorder's counters);
+    None without a readable recorder. Never raises."""
+    c10d = c10d_bindings()
+    dump = getattr(c10d, "_dump_fr_trace_json", None)
+    if dump is None or not _enabled():
+        return None
+    try:
+        status = json.loads(dump(includeCollectives=False))["pg_status"]
+        return sum(int(s["last_enqueued_collective"]) for s in status.values())
+    except Exception:  # noqa: BLE001  (an unreadable recorder: no count)
+        return None
+
+
+def _buffer_size() -> int:
+    try:
+        return int(os.environ.get(BUFFER_ENV) or DEFAULT_BUFFER)
+    except ValueError:
+        return DEFAULT_BUFFER
+
+
+class FlightDrain:
+    """The recorder's rows of one window, read at steps before its buffer wraps (module
+    docstring); ``rows()`` at stop gives them all, oldest first, or None."""
+
+    def __init__(self, since_unix_ns: int) -> None:
+        self._since = since_unix_ns
+        self._kept: dict = {}
+        self._read_at = enqueued_so_far()
+
+    def _keep(self, rows: Optional[List[List[Any]]]) -> None:
+        for row in rows or ():
+            self._kept[(row[0], row[1], row[9], row[2])] = row
+        if len(self._kept) > MAX_ROWS:  # the newest MAX_ROWS
+            newest = sorted(self._kept.items(), key=lambda kv: kv[1][3])[-MAX_ROWS:]
+            self._kept = dict(newest)
+
+    def on_step(self) -> None:
+        """Read the buffer if half of it filled since the last read. Never raises."""
+        now = enqueued_so_far()
+        if now is None:
+            return
+        if self._read_at is None:
+            self._read_at = now
+        elif now - self._read_at >= max(1, _buffer_size() // 2):
+            self._keep(flight_recorder_rows(self._since))
+            self._read_at = now
+
+    def rows(self) -> Optional[List[List[Any]]]:
+        """Every row of the window (a last read now), oldest first; None without any."""
+        self._keep(flight_recorder_rows(self._since))
+        rows = sorted(self._kept.values(), key=lambda row: row[3])
+        return rows or None

@@ -9,7 +9,9 @@ them, which ``window_probes`` builds from the options and ``activities``:
   memory categories (``collect.memory_hooks``);
 - ``ModuleProbe`` (``with_modules``): one range per ``nn.Module`` forward
   (``collect.module_hooks``);
-- ``collect.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side.
+- ``collect.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side;
+- ``collect.process_group_calls.ProcessGroupCallsProbe`` (always): the
+  process-group calls of the job's Python, their groups, numbers, sizes and call sites.
 
 A ``required`` probe that cannot start fails the window's start, as its option
 asked for it; any other is dropped with one warning line and the CPU side goes
@@ -19,7 +21,7 @@ Example::
 
     >>> [p.name for p in window_probes(None, profile_memory=True, with_modules=False,
     ...                                device=False)]
-    ['memory']
+    ['memory', 'process group calls']
 """
 
 from __future__ import annotations
@@ -102,4 +104,7 @@ def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
         from opscope.collect.cupti import CuptiProbe
 
         probes.append(CuptiProbe())
+    from opscope.collect.process_group_calls import ProcessGroupCallsProbe
+
+    probes.append(ProcessGroupCallsProbe())
     return probes

@@ -32,20 +32,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from opscope.collect.clock_sync import ClockSync
 from opscope.collect.collector import Collector
-from opscope.collect.flight_recorder import flight_recorder_rows, issued_collectives
+from opscope.collect.flight_recorder import FlightDrain, issued_collectives
 from opscope.collect.inductor_sites import (compiled_code_ran, compiled_frames_so_far,
                                             compiled_sites, graph_breaks_so_far)
 from opscope.collect.probes import window_probes
 from opscope.collect.profiler_flag import TORCH_FLAG
 from opscope.model.records import RawSession
 from opscope.model.torch_names import (CLOCK_OFFSET_KEY, COMPILED_FRAMES_KEY, FLIGHT_RECORDER_KEY,
-                                       GRAPH_BREAKS_KEY)
+                                       GRAPH_BREAKS_KEY, PROCESS_GROUP_CALLS_KEY)
 
 Mark = Tuple[int, int, str]
 
@@ -89,6 +90,7 @@ class Recording:
         self._take_marks = take_marks
         self._running = False  # the collector was started and not stopped yet
         self._clock: Optional[ClockSync] = None  # this window's clock offset estimate
+        self._flights: Optional[FlightDrain] = None  # torch's flight recorder, read at steps
 
     @property
     def running(self) -> bool:
@@ -97,6 +99,7 @@ class Recording:
 
     def start(self) -> None:
         """Start the collector, then the probes the options ask for."""
+        flights = FlightDrain(time.time_ns())
         self.collector.start(record_shapes=self.record_shapes,
                              profile_memory=self.profile_memory, with_stack=self.with_stack)
         self._running = True
@@ -105,6 +108,12 @@ class Recording:
         TORCH_FLAG.raise_flag(self.collector, self.record_shapes)
         self._start_probes()
         self._start_clock_sync()
+        self._flights = flights
+
+    def on_step(self) -> None:
+        """At a ``prof.step()``: keep the flight recorder's rows before its buffer wraps."""
+        if self._flights is not None:
+            self._flights.on_step()
 
     def _start_probes(self) -> None:
         """Start each probe; one that cannot start is dropped with one warning line."""
@@ -146,10 +155,14 @@ class Recording:
         offset = self._take_clock_offset()
         if offset is not None:
             metadata[CLOCK_OFFSET_KEY] = json.dumps(offset)
-        flights = flight_recorder_rows(raw.start_ns + raw.epoch_offset_ns) if \
-            issued_collectives(raw.names, raw.records["name_id"]) else None
+        drain, self._flights = self._flights, None
+        flights = drain.rows() if drain is not None and issued_collectives(
+            raw.names, raw.records["name_id"]) else None
         if flights:
             metadata[FLIGHT_RECORDER_KEY] = json.dumps(flights, separators=(",", ":"))
+        calls = probe_fields.pop("process_group_calls", None)
+        if calls:
+            metadata[PROCESS_GROUP_CALLS_KEY] = json.dumps(calls, separators=(",", ":"))
         extra: Dict[str, Any] = dict(
             metadata=metadata, memory_sightings=None,
             marks=self._take_marks(self.collector, raw.start_ns, raw.stop_ns))
@@ -168,6 +181,7 @@ class Recording:
     def discard(self) -> None:
         """Stop every probe and the collector, keeping nothing; never raises."""
         clock, self._clock = self._clock, None
+        self._flights = None
         if clock is not None:
             clock.cancel()
         probes, self.probes = self.probes, []
@@ -186,6 +200,7 @@ class Recording:
     def forget_after_fork(self) -> None:
         """In a forked child: drop the probes; the collector's recording is the parent's."""
         self._clock = None  # its thread stayed in the parent
+        self._flights = None
         probes, self.probes = self.probes, []
         for probe in probes:
             probe.forget_after_fork()

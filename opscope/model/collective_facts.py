@@ -4,8 +4,10 @@ torch.profiler writes them as args of its ``record_param_comms`` events (from
 ``ParamCommsDebugInfo``; NCCL emits them, gloo does not in torch 2.13); opscope
 writes the same args, in the same spelling, on each collective's dispatcher op
 (``c10d::allreduce_``), from torch's flight recorder
-(``opscope.analysis.flight_recorder``). ``"Collective Call Site"`` is opscope's
-own: the innermost frame of the user's code that issued it.
+(``opscope.analysis.flight_recorder``), and from the process-group calls of
+the job's Python (``opscope.collect.process_group_calls``). ``"Collective Call Site"`` is opscope's
+own: the innermost frame of the user's code that issued it. A point-to-point
+op's peer is torch's ``"Src Rank"`` (a receive) or ``"Dst Rank"`` (a send).
 
 Example::
 
@@ -16,6 +18,9 @@ Example::
     (True, 16)
     >>> CollectiveFacts.from_args({"Collective name": "allreduce"}) is None
     True
+    >>> send = CollectiveFacts("0", seq=7, in_nelems=5, dtype="Float", dst_rank=1)
+    >>> send.to_args()["Dst Rank"], CollectiveFacts.from_args(send.to_args()) == send
+    (1, True)
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ ARG_SEQ = "Seq"
 ARG_IN_NELEMS = "In msg nelems"
 ARG_OUT_NELEMS = "Out msg nelems"
 ARG_DTYPE = "dtype"
+ARG_SRC_RANK = "Src Rank"  # a receive's peer (global rank)
+ARG_DST_RANK = "Dst Rank"  # a send's peer
 ARG_CALL_SITE = "Collective Call Site"  # opscope's own
 # an event that has one of these carries a collective's facts
 MARKER_ARGS = (ARG_PG_NAME, ARG_SEQ)
@@ -104,6 +111,8 @@ class CollectiveFacts:
     out_nelems: Optional[int] = None
     dtype: Optional[str] = None
     call_site: Optional[str] = None
+    src_rank: Optional[int] = None  # a point-to-point receive's peer
+    dst_rank: Optional[int] = None  # a point-to-point send's peer
 
     @property
     def nbytes(self) -> Optional[int]:
@@ -118,6 +127,7 @@ class CollectiveFacts:
                  (ARG_GROUP_SIZE, None if self.pg_ranks is None else len(self.pg_ranks)),
                  (ARG_SEQ, self.seq), (ARG_IN_NELEMS, self.in_nelems),
                  (ARG_OUT_NELEMS, self.out_nelems), (ARG_DTYPE, self.dtype),
+                 (ARG_SRC_RANK, self.src_rank), (ARG_DST_RANK, self.dst_rank),
                  (ARG_CALL_SITE, self.call_site))
         return {k: v for k, v in pairs if v is not None}
 
@@ -132,5 +142,6 @@ class CollectiveFacts:
         facts = cls(_str(args.get(ARG_PG_NAME)), _str(args.get(ARG_PG_DESC)),
                     _ranks(args.get(ARG_PG_RANKS)), seq if seq is None or seq >= 0 else None,
                     _int(args.get(ARG_IN_NELEMS)), _int(args.get(ARG_OUT_NELEMS)),
-                    _str(args.get(ARG_DTYPE)), _str(args.get(ARG_CALL_SITE)))
+                    _str(args.get(ARG_DTYPE)), _str(args.get(ARG_CALL_SITE)),
+                    _int(args.get(ARG_SRC_RANK)), _int(args.get(ARG_DST_RANK)))
         return facts if facts.pg is not None or facts.seq is not None else None

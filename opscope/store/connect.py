@@ -27,7 +27,8 @@ keyword in SQL: write it ``"window"``). Times are aligned Unix ns, durations ns.
 - ``collectives``: one row per collective call: ``window``, ``pg``, ``seq`` (the
   matching key), ``kind``, ``bytes``, ``arrival_ns``, ``end_ns``, ``duration_ns``,
   ``call_site``, ``fr_pg``, ``fr_seq`` (the collective's own group and number, from
-  the flight recorder or torch's record_param_comms args; null: none), ``pg_desc``,
+  the flight recorder, torch's record_param_comms args, or for a point-to-point op
+  its process-group call; null: none), ``pg_desc``,
   ``pg_ranks`` (``"[0, 1]"``), ``in_nelems``, ``out_nelems``, ``dtype`` (``"Float"``).
 - ``ops``: ``events`` plus ``input_dims``, ``input_types``, ``input_strides``,
   ``concrete_inputs`` and ``frames``.

@@ -9,11 +9,13 @@ process group in OUTDIR/groups.rank<R>.txt (JSON).
 
     torchrun --nproc-per-node 2 ddp_train.py OUTDIR [--steps N] [--sleep-rank K --sleep-ms S]
         [--profiler opscope|torch] [--desync-rank R --desync-step N] [--timeout-s T]
-        [--plain] [--second-group] [--small-rank R --small-step N]
+        [--plain] [--second-group] [--small-rank R --small-step N] [--p2p]
 
 ``--plain`` records without record_shapes and with_stack; ``--second-group`` adds an
 all_gather on a second process group each step; ``--small-rank`` makes that rank's
-loss allreduce at step ``--small-step`` smaller than the other ranks' (2 elements, not 4).
+loss allreduce at step ``--small-step`` smaller than the other ranks' (2 elements, not 4);
+``--p2p`` adds, each step, a ``send`` of 5 elements from rank 0 to rank 1 and an
+``isend`` of 3 float64 elements back (``recv`` and ``irecv`` on the other side).
 """
 
 import argparse
@@ -59,6 +61,7 @@ def parse():
     p.add_argument("--second-group", action="store_true")
     p.add_argument("--small-rank", type=int, default=-1)
     p.add_argument("--small-step", type=int, default=-1)
+    p.add_argument("--p2p", action="store_true")
     return p.parse_args()
 
 
@@ -77,6 +80,16 @@ def second_group_step(group, rank):
     dist.all_gather(out, torch.full((6,), float(rank)), group=group)
 
 
+def point_to_point(rank):
+    """Rank 0 sends 5 elements to rank 1, which sends 3 back (others: nothing)."""
+    if rank == 0:
+        dist.send(torch.ones(5), 1)
+        dist.irecv(torch.zeros(3, dtype=torch.float64), 1).wait()
+    elif rank == 1:
+        dist.recv(torch.zeros(5), 0)
+        dist.isend(torch.ones(3, dtype=torch.float64), 0).wait()
+
+
 def train_step(model, opt, x, rank, args, step):
     loss = model(x).sum()
     if rank == args.sleep_rank:
@@ -86,6 +99,8 @@ def train_step(model, opt, x, rank, args, step):
     loss.backward()
     opt.step()
     opt.zero_grad()
+    if args.p2p:
+        point_to_point(rank)
     if args.second_group:
         second_group_step(args.group, rank)
         small = rank == args.small_rank and step == args.small_step
