@@ -286,3 +286,57 @@ def test_timeline_html_renders_in_chromium(linear_run, tmp_path):
               or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
               or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
     assert errors == []
+
+
+def _sighted_by_rule(blocks, sightings):
+    """The sighting rule of memory_timeline._add_sighted, one sighting at a time."""
+    from opscope.analysis.memory_timeline import ALIVE
+
+    key = list(zip(blocks.device_type.tolist(), blocks.addr.tolist()))
+    hit, created, extra = [], {}, []
+    for s in sightings:
+        k = (int(s["device_type"]), int(s["addr"]))
+        ts = int(s["time_ns"])
+        mine = [(int(blocks.t_alloc[i]), i) for i in range(len(key)) if key[i] == k]
+        before = [b for b in mine if b[0] <= ts]
+        if before:
+            i = max(before)[1]
+            free = int(blocks.t_free[i])
+            hit.append(i if free == ALIVE or free >= ts else -1)
+        elif k in created:
+            hit.append(created[k])
+        elif s["bytes"] < 0:
+            hit.append(-1)
+        else:
+            later = [b[0] for b in mine if b[0] > ts]
+            created[k] = len(key) + len(extra)
+            extra.append((k[1], int(s["bytes"]), min(later) if later else ALIVE))
+            hit.append(created[k])
+    return hit, extra
+
+
+def test_sightings_find_their_blocks_as_the_rule_says():
+    from opscope.analysis.memory_timeline import _add_sighted, pair_blocks
+    from opscope.model.memory import SIGHTING_DTYPE
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n = int(rng.integers(0, 60))
+        mem = np.zeros(n, MEMORY_DTYPE)
+        mem["time_ns"] = rng.integers(0, 50, n)
+        mem["addr"] = rng.integers(1, 6, n) * 64
+        mem["bytes"] = rng.choice([-256, 256, 512, -512], n)
+        mem["device_type"] = rng.integers(0, 2, n)
+        blocks = pair_blocks(mem)
+        m = int(rng.integers(0, 40))
+        sightings = np.zeros(m, SIGHTING_DTYPE)
+        sightings["time_ns"] = np.sort(rng.integers(0, 55, m))
+        sightings["addr"] = rng.integers(1, 8, m) * 64
+        sightings["bytes"] = rng.choice([-1, 256], m)
+        sightings["device_type"] = rng.integers(0, 2, m)
+        out, hit = _add_sighted(blocks, sightings)
+        want_hit, extra = _sighted_by_rule(blocks, sightings)
+        assert hit.tolist() == want_hit, trial
+        assert len(out) == len(blocks) + len(extra)
+        assert list(zip(out.addr[len(blocks):].tolist(), out.nbytes[len(blocks):].tolist(),
+                        out.t_free[len(blocks):].tolist())) == extra, trial

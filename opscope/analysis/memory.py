@@ -45,14 +45,12 @@ def attribute(table: EventTable, memory: np.ndarray) -> np.ndarray:
         t = memory["time_ns"][mem]
         pos = np.searchsorted(starts, t, side="right") - 1
         cand = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
-        # climb to the first ancestor still open at t
-        open_at = (cand >= 0) & (table.end_ns[np.maximum(cand, 0)] >= t)
-        while True:
-            climb = (cand >= 0) & ~open_at
-            if not climb.any():
-                break
-            cand[climb] = table.parent[cand[climb]]
-            open_at = (cand >= 0) & (table.end_ns[np.maximum(cand, 0)] >= t)
+        # climb to the first ancestor still open at t (only the records not there yet)
+        todo = np.flatnonzero((cand >= 0) & (table.end_ns[np.maximum(cand, 0)] < t))
+        while len(todo):
+            up = table.parent[cand[todo]]
+            cand[todo] = up
+            todo = todo[(up >= 0) & (table.end_ns[np.maximum(up, 0)] < t[todo])]
         owner[mem] = cand
     return owner
 
@@ -84,36 +82,36 @@ def with_memory_events(table: EventTable, memory: np.ndarray, owner: np.ndarray
     if len(loose) == 0:
         return table, owner
     k = len(loose)
-    rec = memory[loose]
+    times = memory["time_ns"][loose].astype(np.int64)
+    threads = memory["thread_index"][loose]
     name_id = table.symbols.intern(MEMORY_EVENT_NAME)
-    rf_tid = _rf_thread_of(table, rec["thread_index"])
+    rf_tid = _rf_thread_of(table, threads)
+    # the new rows' values: an array, or (dtype, value) where all are the same
     extra = {
-        "name_id": np.full(k, name_id, dtype=table.name_id.dtype),
-        "start_ns": rec["time_ns"].astype(np.int64),
-        "end_ns": rec["time_ns"].astype(np.int64),
-        "thread_index": rec["thread_index"].astype(table.thread_index.dtype),
+        "name_id": (table.name_id.dtype, name_id), "start_ns": times, "end_ns": times,
+        "thread_index": threads.astype(table.thread_index.dtype),
         "rf_thread_id": rf_tid.astype(table.rf_thread_id.dtype),
         "fwd_thread_id": rf_tid.astype(table.fwd_thread_id.dtype),
-        "seq_nr": np.full(k, -1, dtype=np.int64),
-        "scope": np.zeros(k, dtype=table.scope.dtype),
-        "flags": np.full(k, FLAG_MEMORY, dtype=table.flags.dtype),
-        "input_offset": np.full(k, NO_INPUTS, dtype=table.input_offset.dtype),
-        "stack_id": np.full(k, NO_STACK, dtype=np.int64),
-        "record": np.full(k, -1, dtype=np.int64),
+        "seq_nr": (np.int64, -1), "scope": (table.scope.dtype, 0),
+        "flags": (table.flags.dtype, FLAG_MEMORY),
+        "input_offset": (table.input_offset.dtype, NO_INPUTS),
+        "stack_id": (np.int64, NO_STACK), "record": (np.int64, -1),
     }
     n = len(table)
-    place_table, place_extra = _merged_places(table, rec["time_ns"].astype(np.int64))
+    place_table, place_extra = _merged_places(table, times)
     if place_table is None:  # the table is not in (start, -end) order: sort both
-        cols = {c: np.concatenate([getattr(table, c), extra[c]]) for c in EventTable.COLUMNS}
+        cols = {c: np.concatenate([getattr(table, c), _values(extra[c], k)])
+                for c in EventTable.COLUMNS}
         order = sort_order(cols["start_ns"], cols["end_ns"])
         place = np.empty(len(order), dtype=np.int64)
         place[order] = np.arange(len(order))
         place_table, place_extra = place[:n], place[n:]
     columns = {}
     for c in EventTable.COLUMNS:  # each row written once where it goes
-        values = getattr(table, c)
-        out_col = np.empty(n + k, dtype=np.result_type(values, extra[c]))
-        out_col[place_table], out_col[place_extra] = values, extra[c]
+        values, added = getattr(table, c), extra[c]
+        same = type(added) is tuple
+        out_col = np.empty(n + k, dtype=np.result_type(values, added[0] if same else added))
+        out_col[place_table], out_col[place_extra] = values, added[1] if same else added
         columns[c] = out_col
     out = EventTable(table.symbols, columns, raw=table.raw, base_ns=table.base_ns,
                      epoch_offset_ns=table.epoch_offset_ns, thread_ids=list(table.thread_ids))
@@ -125,6 +123,11 @@ def with_memory_events(table: EventTable, memory: np.ndarray, owner: np.ndarray
     new_owner = np.where(owner >= 0, place_table[np.maximum(owner, 0)], -1)
     new_owner[loose] = place_extra
     return out, new_owner
+
+
+def _values(added, k: int) -> np.ndarray:
+    """An added column of ``with_memory_events`` as an array of ``k`` values."""
+    return np.full(k, added[1], dtype=added[0]) if type(added) is tuple else added
 
 
 def _merged_places(table: EventTable, times: np.ndarray):

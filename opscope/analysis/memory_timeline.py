@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -103,38 +102,60 @@ def pair_blocks(memory: np.ndarray) -> Blocks:
 
 
 def _add_sighted(blocks: Blocks, sightings: np.ndarray) -> Tuple[Blocks, np.ndarray]:
-    """Block index per sighting (-1: none), adding blocks for pre-existing tensors."""
+    """Block index per sighting (-1: none), adding blocks for pre-existing tensors.
+
+    A sighting belongs to the last block of its address (and device) allocated at or
+    before it, if that block is not freed before it. One with no such block saw
+    memory from before the window: the first of these per address (in sighting
+    order) with a known size adds a block, alive until the address is next
+    allocated; the later ones belong to it. Blocks and sightings are sorted together
+    by (address, time), so each finds its block by position.
+    """
+    hit = np.full(len(sightings), -1, dtype=np.int64)
+    if not len(sightings):
+        return blocks, hit
+    nb, ns = len(blocks), len(sightings)
     key = _device_key(blocks.device_type, blocks.device_index, blocks.addr)
-    by_key: Dict[int, List[Tuple[int, int]]] = {}
-    for i, (k, ta) in enumerate(zip(key.tolist(), blocks.t_alloc.tolist())):
-        by_key.setdefault(k, []).append((ta, i))
-    for lst in by_key.values():
-        lst.sort()
+    s_key = _device_key(sightings["device_type"], sightings["device_index"], sightings["addr"])
+    s_time = sightings["time_ns"].astype(np.int64)
+    all_key = np.concatenate([key, s_key])
+    # at one time, blocks before sightings (a block allocated then holds the tensor seen),
+    # and among blocks of one time the later one last
+    order = np.lexsort((np.concatenate([np.arange(nb), np.arange(ns)]),
+                        np.concatenate([np.zeros(nb, np.int8), np.ones(ns, np.int8)]),
+                        np.concatenate([blocks.t_alloc, s_time]), all_key))
+    sorted_key = all_key[order]
+    is_block = order < nb
+    places = np.arange(len(order))
+    last_block = np.maximum.accumulate(np.where(is_block, places, -1))
+    next_block = np.minimum.accumulate(np.where(is_block, places, len(order))[::-1])[::-1]
+    seen = np.flatnonzero(~is_block)
+    s_ids = order[seen] - nb
+    prev = last_block[seen]
+    has_prev = (prev >= 0) & (sorted_key[np.maximum(prev, 0)] == sorted_key[seen])
+    block = order[prev[has_prev]]
+    t_free = blocks.t_free[block]
+    held = (t_free == ALIVE) | (t_free >= s_time[s_ids[has_prev]])
+    hit[s_ids[has_prev][held]] = block[held]
+    # the sightings of memory from before the window, in sighting order
+    todo = np.argsort(s_ids[~has_prev], kind="stable")
+    before_ids, before_next = s_ids[~has_prev][todo], next_block[seen[~has_prev]][todo]
+    nbytes = sightings["bytes"]
     new_rows: List[Tuple[int, int, int, int, int]] = []  # addr, bytes, t_free, device
     created: Dict[int, int] = {}
-    hit = np.full(len(sightings), -1, dtype=np.int64)
-    t_free = blocks.t_free.tolist()
-    s_key = _device_key(sightings["device_type"], sightings["device_index"], sightings["addr"])
-    for j, (k, ts, nbytes, dev, dev_index) in enumerate(zip(
-            s_key.tolist(), sightings["time_ns"].tolist(), sightings["bytes"].tolist(),
-            sightings["device_type"].tolist(), sightings["device_index"].tolist())):
-        lst = by_key.get(k, [])
-        pos = bisect.bisect_right(lst, (ts, 1 << 62)) - 1
-        if pos >= 0:
-            block = lst[pos][1]
-            if t_free[block] == ALIVE or t_free[block] >= ts:
-                hit[j] = block
-            continue
+    for j, nxt in zip(before_ids.tolist(), before_next.tolist()):
+        k = int(s_key[j])
         if k in created:
             hit[j] = created[k]
             continue
-        if nbytes < 0:  # size unknown (a saved tensor): only in-window blocks match
+        if nbytes[j] < 0:  # size unknown (a saved tensor): only in-window blocks match
             continue
         # existed before the window: alive until its address is allocated again
-        later = bisect.bisect_right(lst, (ts, 1 << 62))
-        end = lst[later][0] if later < len(lst) else ALIVE
-        idx = len(blocks) + len(new_rows)
-        new_rows.append((k & ((1 << 48) - 1), nbytes, end, dev, dev_index))
+        end = int(blocks.t_alloc[order[nxt]]) if nxt < len(order) and \
+            sorted_key[nxt] == k else ALIVE
+        idx = nb + len(new_rows)
+        new_rows.append((k & ((1 << 48) - 1), int(nbytes[j]), end,
+                         int(sightings["device_type"][j]), int(sightings["device_index"][j])))
         created[k] = idx
         hit[j] = idx
     if new_rows:
