@@ -159,10 +159,13 @@ def part_footer(store: str, table: str, rank: int, window: Optional[int] = None
 
 
 def read_rows(store: str, path: str):
-    """The pyarrow table of the Parquet file ``path`` (its footer checked already)."""
+    """The pyarrow table of the Parquet file ``path`` (its footer checked already). One
+    file, read as one: ``pq.read_table`` would import pyarrow's dataset layer and pandas
+    (about a second of CPU) to read it."""
     _, pq = require_pyarrow()
     try:
-        return pq.read_table(path)
+        with pq.ParquetFile(path) as part:
+            return part.read()
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise StoreError(f"store {store!r}: cannot read {path!r} ({exc})") from None
 
