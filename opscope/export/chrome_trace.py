@@ -355,10 +355,13 @@ def _module_args(session: ProfileSession) -> List[str]:
             if text not in rendered:
                 rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
             out[i] = rendered[text]
-    for i in np.flatnonzero(module_ranges(session)).tolist():
-        info = session.modules[session.table.name(i)]
-        out[i] = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
-                         for k, v in info.trace_args().items())
+    ranges = np.flatnonzero(module_ranges(session))
+    for name_id in np.unique(session.table.name_id[ranges]).tolist():  # once per module
+        info = session.modules[session.table.symbols.names[name_id]]
+        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
+                       for k, v in info.trace_args().items())
+        for i in ranges[session.table.name_id[ranges] == name_id].tolist():
+            out[i] = text
     for i, entries in session.fused_modules.items():
         out[i] += "%s: %s, " % (json.dumps(TRACE_ARG_FUSED),
                                 json.dumps(fused_modules_text(entries)))
