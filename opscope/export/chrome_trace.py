@@ -345,21 +345,18 @@ def _module_args(session: ProfileSession) -> List[str]:
     An op gets ``"Module Hierarchy"`` (``Model.encoder.0``). A module range
     (``with_modules``) is marked by ``"Module Class"``, ``"Module Path"``,
     ``"Module Hierarchy"`` and ``"Module Parameters"`` (see ``opscope.model.modules``).
-    A compiled kernel fused from nodes of several modules adds ``"Fused Modules"``
-    (``0.ln (LayerNorm) x10; 0 (Block) x1``).
+    A kernel fused from several modules adds ``"Fused Modules"`` (``0.ln (LayerNorm) x10; ..``).
     """
     out = [""] * len(session.table)
     rendered: Dict[str, str] = {}
     for i, text in enumerate(module_hierarchy(session)):
-        if text:
-            if text not in rendered:
-                rendered[text] = '"Module Hierarchy": %s, ' % json.dumps(text)
-            out[i] = rendered[text]
+        if text:  # each text rendered once
+            out[i] = rendered.get(text) or rendered.setdefault(
+                text, '"Module Hierarchy": %s, ' % json.dumps(text))
     ranges = np.flatnonzero(module_ranges(session))
     for name_id in np.unique(session.table.name_id[ranges]).tolist():  # once per module
-        info = session.modules[session.table.symbols.names[name_id]]
-        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
-                       for k, v in info.trace_args().items())
+        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v)) for k, v in session.modules[
+            session.table.symbols.names[name_id]].trace_args().items())
         for i in ranges[session.table.name_id[ranges] == name_id].tolist():
             out[i] = text
     for i, entries in session.fused_modules.items():
