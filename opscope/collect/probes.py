@@ -10,7 +10,7 @@ them, which ``window_probes`` builds from the options and ``activities``:
 - ``ModuleProbe`` (``with_modules``): one range per ``nn.Module`` forward
   (``collect.module_hooks``);
 - ``collect.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side;
-- ``collect.process_group_calls.ProcessGroupCallsProbe`` (always): the
+- ``ProcessGroupCallsProbe`` (always): the
   process-group calls of the job's Python, their groups, numbers, sizes and call sites.
 
 A ``required`` probe that cannot start fails the window's start, as its option
@@ -41,7 +41,11 @@ class _HooksProbe:
 
     def start(self) -> None:
         self._hooks = self._make()
-        self._hooks.install()
+        try:
+            self._hooks.install()
+        except BaseException:  # a half-done install comes off, required or not
+            self._take()
+            raise
 
     def _take(self) -> Any:
         hooks, self._hooks = self._hooks, None
@@ -92,6 +96,21 @@ class ModuleProbe(_HooksProbe):
                 "compiled_module_params": ranges.compiled_module_params()}
 
 
+class ProcessGroupCallsProbe(_HooksProbe):
+    """Always: the process-group calls of the job's Python (``collect.process_group_calls``)."""
+
+    name = "process group calls"
+    required = False
+
+    def _make(self) -> Any:
+        from opscope.collect.process_group_calls import ProcessGroupCalls
+
+        return ProcessGroupCalls()
+
+    def _fields(self, calls: Any) -> Dict[str, Any]:
+        return {"process_group_calls": calls.rows} if calls.rows else {}
+
+
 def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
                   device: bool) -> List[Any]:
     """The probes of a window with these options, in start order."""
@@ -104,7 +123,5 @@ def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
         from opscope.collect.cupti import CuptiProbe
 
         probes.append(CuptiProbe())
-    from opscope.collect.process_group_calls import ProcessGroupCallsProbe
-
     probes.append(ProcessGroupCallsProbe())
     return probes

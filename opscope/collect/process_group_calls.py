@@ -26,7 +26,8 @@ The wrappers sit on the class, so groups made during the window are covered;
 calls made from C++ (DDP's reducer) are not seen here, and the recorder has
 them. A wrapper never raises into the job: its own bookkeeping is guarded, the
 wrapped call's errors pass through untouched. They come off at stop
-(``analysis.flight_recorder`` gives the rows to the ops they belong to).
+(``analysis.flight_recorder`` gives the rows to the ops they belong to); a
+window runs them as a probe (``collect.probes.ProcessGroupCallsProbe``).
 
 Example::
 
@@ -136,17 +137,17 @@ class ProcessGroupCalls:
                                                         spec))
 
     def uninstall(self) -> List[list]:
-        """Put the methods back (those still ours) and return the rows."""
+        """Put the methods back (those still ours); the rows, kept in ``rows``, as lists."""
         self._active = False
         cls, originals, self._originals = self._class, self._originals, {}
         for method, original in originals.items():
             current = cls.__dict__.get(method)
             if getattr(current, "_opscope_wrapper", False):
                 setattr(cls, method, original)
-        rows, self.rows = self.rows, []
         self._groups.clear()
         self._global_ranks.clear()
-        return [list(row) for row in rows]
+        self.rows = [list(row) for row in self.rows]
+        return self.rows
 
     def _wrapper(self, method: str, original: Callable[..., Any],
                  spec: Tuple[Optional[int], Optional[int], bool]) -> Callable[..., Any]:
@@ -210,34 +211,3 @@ class ProcessGroupCalls:
             except Exception:  # noqa: BLE001  (a group torch no longer knows: no peer)
                 self._global_ranks[key] = None
         return self._global_ranks[key]
-
-
-class ProcessGroupCallsProbe:
-    """The probe (``collect/probes.py``) of a window: its rows as ``process_group_calls``."""
-
-    name = "process group calls"
-    required = False
-
-    def __init__(self) -> None:
-        self._calls: Optional[ProcessGroupCalls] = None
-
-    def start(self) -> None:
-        self._calls = ProcessGroupCalls()
-        try:
-            self._calls.install()
-        except Exception:
-            self._take()
-            raise
-
-    def _take(self) -> List[list]:
-        calls, self._calls = self._calls, None
-        return [] if calls is None else calls.uninstall()
-
-    def stop(self) -> Dict[str, Any]:
-        rows = self._take()
-        return {"process_group_calls": rows} if rows else {}
-
-    def discard(self) -> None:
-        self._take()
-
-    forget_after_fork = discard
