@@ -90,3 +90,84 @@ def test_no_rows_and_render():
 def test_strings_with_a_nul_byte_are_refused():
     with pytest.raises(ValueError, match="NUL byte"):
         StringTable(["ok", "bad\0"])
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    from opscope.export.json_rows import RENDERER
+    module = RENDERER.load()
+    if module is None:
+        pytest.skip(f"the C row renderer did not build: {RENDERER.failure_reason()}")
+    return module
+
+
+def random_layout(rng, n: int) -> JsonRows:
+    """A layout of every kind of field, present everywhere, nowhere or on some rows."""
+    rows = JsonRows(n)
+    strings = StringTable(['"%s"' % ("x" * int(k)) for k in rng.integers(0, 70, 5)]
+                          + ['"\\u00e9t\\u00e9"'])
+    for k in range(int(rng.integers(3, 12))):
+        present = [None, rng.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)][k % 4]
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            rows.text("t%d" % k * int(rng.integers(0, 9)), present)
+        elif kind == 1:
+            values = (rng.random(n) * 10 ** rng.integers(0, 19, n)).astype(np.int64)
+            values *= rng.choice([-1, 1], n)
+            values[:2] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max][:min(2, n)]
+            rows.number(values, micros=bool(rng.integers(0, 2)), present=present)
+        else:
+            rows.choice(strings, rng.integers(-1, len(strings), n), present)
+    rows.text("}")
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_c_renderer_writes_the_same_bytes_as_numpy(renderer, seed):
+    def layout() -> JsonRows:  # numpy's chunks() adds the separator to the layout
+        rng = np.random.default_rng(seed)
+        return random_layout(rng, int(rng.integers(1, 3000)))
+
+    numpy_text = b",\n".join(bytes(c) for c in layout().chunks(",\n", rows_per_chunk=97))
+    for per_chunk in (0, 1, 500):
+        chunks = layout().native_chunks(renderer, ",\n", per_chunk)
+        assert b",\n".join(bytes(c) for c in chunks) == numpy_text
+
+
+def test_c_renderer_grows_its_buffer_for_wide_rows(renderer, monkeypatch):
+    import opscope.export.json_rows as json_rows
+    monkeypatch.setattr(json_rows, "NATIVE_CHUNK_BYTES", 16)  # less than one row
+    rows = JsonRows(3)
+    rows.text('{"name": "%s", "ts": ' % ("n" * 40))
+    rows.number(np.array([1, 22, 333]), micros=True)
+    rows.text("}")
+    chunks = [bytes(c) for c in rows.native_chunks(renderer, ",\n")]
+    assert b",\n".join(chunks) == rows.render(",\n")
+
+
+def test_c_renderer_refuses_arrays_shorter_than_the_rows(renderer):
+    short = np.zeros(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="values has 16 bytes"):
+        renderer.render([(1, None, short, False)], 0, 3, b"", bytearray(100))
+    table = StringTable(['"a"'])
+    bad_offsets = np.array([0, 99, 3], dtype=np.int64)
+    with pytest.raises(ValueError, match="offsets must rise within the blob"):
+        renderer.render([(2, None, np.zeros(3, np.intp), table.blob, bad_offsets)], 0, 3,
+                        b"", bytearray(100))
+    with pytest.raises(ValueError, match="unknown field kind"):
+        renderer.render([(7, None, b"x")], 0, 1, b"", bytearray(100))
+
+
+def test_large_layouts_use_the_c_renderer(renderer, monkeypatch):
+    import opscope.export.json_rows as json_rows
+    calls = []
+    monkeypatch.setattr(json_rows.JsonRows, "native_chunks",
+                        lambda self, *a: calls.append(a) or iter(()))
+    rows = JsonRows(json_rows.NATIVE_MIN_ROWS)
+    rows.text("x")
+    list(rows.chunks(","))
+    assert len(calls) == 1
+    small = JsonRows(5)
+    small.text("x")
+    assert b"".join(small.chunks(",")) == b"x,x,x,x,x"
+    assert len(calls) == 1

@@ -37,9 +37,11 @@ def forward_ops(table: EventTable, backward_rows: np.ndarray, candidates: np.nda
     ops. When several share a key, the first in table order wins (the
     outermost op), or the last with ``latest``.
     """
-    fwd = np.flatnonzero(candidates & (table.seq_nr >= 0))
     out = np.full(len(backward_rows), -1, dtype=np.int64)
-    if len(fwd) == 0 or len(backward_rows) == 0:
+    if len(backward_rows) == 0:
+        return out
+    fwd = np.flatnonzero(candidates & (table.seq_nr >= 0))
+    if len(fwd) == 0:
         return out
     if latest:
         fwd = fwd[::-1]

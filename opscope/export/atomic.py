@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import gzip
 import io
 import os
 import stat
@@ -37,6 +36,7 @@ import time
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Optional, TextIO, Tuple, Union
 
+from opscope.export.gzip_stream import gzip_writer
 from opscope.export.output_path import (OutputTarget, folder_problem, new_error, output_error,
                                         resolve_output)
 
@@ -203,28 +203,6 @@ def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
                 pass
             raise
         text.detach()  # flushes into ``sink`` without closing it
-
-
-def gzip_writer(filename: str, fileobj: BinaryIO, compresslevel: int) -> BinaryIO:
-    """A gzip stream into ``fileobj`` (left open at close): ISA-L's (``isal``, five times
-    zlib's speed here at a better ratio than zlib's level 3) at its level 1 for zlib's
-    levels 1 to 5 and 2 above, where it is installed; else zlib's at ``compresslevel``.
-    Either writes a standard gzip file.
-
-    >>> import io
-    >>> buf = io.BytesIO()
-    >>> with gzip_writer("x.json", buf, 3) as z:
-    ...     _ = z.write(b"[]")
-    >>> gzip.decompress(buf.getvalue()), buf.closed
-    (b'[]', False)
-    """
-    try:
-        from isal import igzip
-    except ImportError:
-        return gzip.GzipFile(filename=filename, mode="wb", fileobj=fileobj,
-                             compresslevel=compresslevel)
-    return igzip.GzipFile(filename=filename, mode="wb", fileobj=fileobj,
-                          compresslevel=1 if compresslevel <= 5 else 2)
 
 
 @contextmanager

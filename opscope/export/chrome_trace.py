@@ -30,12 +30,11 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from opscope.analysis.facts import forward_links, module_ranges
-from opscope.analysis.modules import module_hierarchy
+from opscope.analysis.facts import forward_links
 from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
 from opscope.export.output_path import check_output_path
@@ -44,7 +43,7 @@ from opscope.analysis.device import session_correlations
 from opscope.export.units import micros_text as _us
 from opscope.export.device_trace import (row_categories, write_device_events,
                                          write_device_processes)
-from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_text
+from opscope.export.trace_args import extra_args
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT
@@ -162,33 +161,60 @@ def _write_ops(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter)
     """One ``X`` line per table row but memory rows (written as instants), ``OPS_BATCH``
     rows at a time so that memory stays bounded; the lines do not depend on the batches."""
     table = session.table
-    extra = _extra_args(session)
+    extra = extra_args(session)
     correlation = session_correlations(session)
     for lo in range(0, len(table), OPS_BATCH):
-        rows = np.flatnonzero((table.flags[lo:lo + OPS_BATCH] & FLAG_MEMORY) == 0) + lo
-        if len(rows):
-            out.rows(_op_lines(session, pid, shift, rows, extra, correlation))
+        hi = min(len(table), lo + OPS_BATCH)
+        memory = (table.flags[lo:hi] & FLAG_MEMORY) != 0
+        # a batch without memory rows is a slice: its columns are views, not copies
+        rows = np.flatnonzero(~memory) + lo if memory.any() else slice(lo, hi)
+        if not isinstance(rows, slice) and not len(rows):
+            continue
+        out.rows(_op_lines(session, pid, shift, rows, extra, correlation))
 
 
-def _op_lines(session: ProfileSession, pid: int, shift: int, rows: np.ndarray,
-              extra: List[Any], correlation: Optional[np.ndarray]) -> JsonRows:
-    """The ``X`` lines of ``rows``: names, threads and extra args rendered once per
-    distinct value and picked per row, the numbers by ``JsonRows`` in bulk."""
+def _groups(key: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(the group of each row, one row of each group) of non-negative integer keys.
+
+    >>> group, row = _groups(np.array([7, 2, 7]))
+    >>> group.tolist(), sorted(row.tolist())
+    ([1, 0, 1], [1, 2])
+    """
+    size = int(key.max()) + 1 if len(key) else 0
+    if size > 4 * len(key) + 4096:  # sparse keys: sort them
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        return group.reshape(-1), first
+    some_row = np.empty(size, dtype=np.intp)
+    some_row[key] = np.arange(len(key))  # a row of each key (any one will do)
+    used = np.zeros(size, dtype=bool)
+    used[key] = True
+    keys = np.flatnonzero(used)
+    code = np.empty(size, dtype=np.intp)
+    code[keys] = np.arange(len(keys))
+    return code[key], some_row[keys]
+
+
+def _op_lines(session: ProfileSession, pid: int, shift: int, rows, extra: List[Any],
+              correlation: Optional[np.ndarray]) -> JsonRows:
+    """The ``X`` lines of ``rows`` (a slice or row numbers): names, threads and extra
+    args rendered once per distinct value and picked per row, the numbers by
+    ``JsonRows`` in bulk."""
     table = session.table
+    numbers = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
     # '"cat": ..., "name": ..., "pid": P, "tid": T' per distinct (range?, name, thread)
     tid_of = np.asarray(table.thread_ids, dtype=np.int64)
-    tids = tid_of[table.thread_index[rows]] if len(tid_of) else np.zeros(len(rows), np.int64)
-    tid_values, tid_code = np.unique(tids, return_inverse=True)
+    thread = table.thread_index[rows].astype(np.int64)
     key = ((table.name_id[rows].astype(np.int64) * 2 + (table.scope[rows] == SCOPE_USER))
-           * len(tid_values) + tid_code)
-    _, first, head_index = np.unique(key, return_index=True, return_inverse=True)
+           * max(len(tid_of), 1) + thread)
+    head_index, first = _groups(key)
+    tids = tid_of[thread[first]] if len(tid_of) else np.zeros(len(first), np.int64)
     heads = StringTable([  # rendered from one row of each distinct key
         '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (cat, json.dumps(table.name(r)), pid, tid)
-        for cat, r, tid in zip(row_categories(table, rows[first]), rows[first].tolist(),
-                               tids[first].tolist())])
+        for cat, r, tid in zip(row_categories(table, numbers[first]),
+                               numbers[first].tolist(), tids.tolist())])
     dur_ns = np.maximum(table.end_ns[rows] - table.start_ns[rows], 0)
     seq, fwd = table.seq_nr[rows], table.fwd_thread_id[rows]
-    lines = JsonRows(len(rows))
+    lines = JsonRows(len(numbers))
     lines.text('{"ph": "X", ')
     lines.choice(heads, head_index)
     lines.text(', "ts": ')
@@ -196,7 +222,7 @@ def _op_lines(session: ProfileSession, pid: int, shift: int, rows: np.ndarray,
     lines.text(', "dur": ')
     lines.number(dur_ns, micros=True)
     lines.text(', "args": {"External id": ')
-    lines.number(rows + 1)
+    lines.number(numbers + 1)
     lines.text(", ")
     has_seq = seq >= 0
     lines.text('"Sequence number": ', has_seq)
@@ -219,7 +245,7 @@ def _op_lines(session: ProfileSession, pid: int, shift: int, rows: np.ndarray,
             lines.number(part[rows], present=has_flops)
             lines.text(", ", has_flops)
     lines.text('"Ev Idx": ')
-    lines.number(rows)
+    lines.number(numbers)
     lines.text("}}")
     return lines
 
@@ -246,55 +272,6 @@ def _write_flows(session: ProfileSession, pid: int, shift: int, out: _ChunkWrite
     lines.text(', "bp": "e"', is_end)
     lines.text("}")
     out.rows(lines)
-
-
-def intern_strings(per_row: List[str]) -> Tuple[StringTable, np.ndarray]:
-    """Per-row strings as (distinct strings, index per row); '' becomes -1 (nothing).
-
-    >>> table, index = intern_strings(["a", "", "b", "a"])
-    >>> len(table), index.tolist()
-    (2, [0, -1, 1, 0])
-    """
-    ids: Dict[str, int] = {"": -1}
-    index = np.fromiter((ids.setdefault(text, len(ids) - 1) for text in per_row),
-                        dtype=np.intp, count=len(per_row))
-    del ids[""]
-    return StringTable(list(ids)), index
-
-
-def _extra_args(session: ProfileSession) -> List[Any]:
-    """Args beyond the fixed ones, in write order: each part is (strings, index per
-    event), or the FLOP estimate per event (written where it is > 0).
-
-    The parts are the recorded inputs, the module args, a collective's facts
-    (``model.collective_facts``), ``flops`` and the ``Call stack``; each distinct
-    input signature and stack is rendered once.
-    """
-    table = session.table
-    parts: List[Any] = [_input_args(table)]
-    if session.modules is not None or session.fused_modules:
-        parts.append(intern_strings(_module_args(session)))
-    if session.collective_facts:
-        parts.append(_collective_args(session))
-    if session.flops is not None:
-        parts.append(np.asarray(session.flops, dtype=np.int64))
-    if session.stacks is not None:
-        rendered: Dict[int, int] = {}
-        texts: List[str] = []
-
-        def stack_index(stack) -> int:
-            if not stack:
-                return -1
-            k = rendered.get(id(stack))
-            if k is None:  # torch: innermost frame first, each followed by ';'
-                k = rendered[id(stack)] = len(texts)
-                texts.append('"Call stack": %s, ' % json.dumps(";".join(stack) + ";"))
-            return k
-
-        index = np.fromiter((stack_index(st) for st in session.stacks), dtype=np.intp,
-                            count=len(session.stacks))
-        parts.append((StringTable(texts), index))
-    return parts
 
 
 def _write_memory(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter) -> None:
@@ -337,64 +314,3 @@ def _write_marks(session: ProfileSession, pid: int, shift: int, out: _ChunkWrite
     for ns, tid, name in session.marks:
         out.line('{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": %s, "pid": %d, '
                  '"tid": %d, "ts": %s}' % (json.dumps(name), pid, tid, _us(ns + shift)))
-
-
-def _module_args(session: ProfileSession) -> List[str]:
-    """Per event, its rendered module args ('' when none).
-
-    An op gets ``"Module Hierarchy"`` (``Model.encoder.0``). A module range
-    (``with_modules``) is marked by ``"Module Class"``, ``"Module Path"``,
-    ``"Module Hierarchy"`` and ``"Module Parameters"`` (see ``opscope.model.modules``).
-    A kernel fused from several modules adds ``"Fused Modules"`` (``0.ln (LayerNorm) x10; ..``).
-    """
-    out = [""] * len(session.table)
-    rendered: Dict[str, str] = {}
-    for i, text in enumerate(module_hierarchy(session)):
-        if text:  # each text rendered once
-            out[i] = rendered.get(text) or rendered.setdefault(
-                text, '"Module Hierarchy": %s, ' % json.dumps(text))
-    ranges = np.flatnonzero(module_ranges(session))
-    for name_id in np.unique(session.table.name_id[ranges]).tolist():  # once per module
-        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v)) for k, v in session.modules[
-            session.table.symbols.names[name_id]].trace_args().items())
-        for i in ranges[session.table.name_id[ranges] == name_id].tolist():
-            out[i] = text
-    for i, entries in session.fused_modules.items():
-        out[i] += "%s: %s, " % (json.dumps(TRACE_ARG_FUSED),
-                                json.dumps(fused_modules_text(entries)))
-    return out
-
-
-def _collective_args(session: ProfileSession) -> Tuple[StringTable, np.ndarray]:
-    """A collective's facts as torch spells them on ``record_param_comms``
-    (``"Process Group Name"``, ``"Seq"``, ``"In msg nelems"``...), on the rows that have them."""
-    texts: Dict[str, int] = {}
-    index = np.full(len(session.table), -1, dtype=np.intp)
-    for row, facts in session.collective_facts.items():
-        text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v))
-                       for k, v in facts.to_args().items())
-        index[row] = texts.setdefault(text, len(texts))
-    return StringTable(list(texts)), index
-
-
-def _input_args(table) -> Tuple[StringTable, np.ndarray]:
-    """Rendered input args per distinct signature, and each event's signature (-1: none).
-
-    A record without inputs (a user range) gets none, as torch writes its ranges.
-    """
-    sig, decoded = table.input_signatures()
-    strings: Dict[Tuple[str, ...], str] = {}  # string lists repeat across signatures
-
-    def string_list(values: List[str]) -> str:
-        key = tuple(values)
-        text = strings.get(key)
-        if text is None:
-            text = strings[key] = json.dumps(values)
-        return text
-
-    # shapes and strides are lists of int lists: str() writes them as json.dumps does
-    rendered = [('"Concrete Inputs": %s, "Input type": %s, "Input Strides": %s, '
-                 '"Input Dims": %s, ' % (string_list(rec.concrete), string_list(rec.types),
-                                         str(rec.strides), str(rec.shapes)))
-                if rec.types else "" for rec in decoded]
-    return StringTable(rendered), sig

@@ -30,9 +30,21 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from opscope.collect.native_build import NativeExtension
+
+# The same rows written in C (row_render.cpp), about ten times faster; built once on
+# first use like the observer, and used for layouts of at least NATIVE_MIN_ROWS rows,
+# so small outputs never wait for a build. Without it (no compiler), numpy writes.
+RENDERER = NativeExtension(Path(__file__).with_name("row_render.cpp"), "opscope_rows",
+                           "JSON row renderer", "large traces are written more slowly",
+                           takes="a few seconds")
+NATIVE_MIN_ROWS = 20_000
+NATIVE_CHUNK_BYTES = 1 << 21  # one buffer, rendered into again for each chunk
 
 # Decimal digits come four at a time from a table of 4-byte words. A number is
 # right-aligned in its slot: its padding (zero bytes, dropped by ``render``) is
@@ -94,6 +106,8 @@ class StringTable:
                                  f"got {b[:60]!r}; escape it (json.dumps does)")
         width = max((len(b) for b in encoded), default=0)
         self.lengths = np.array([len(b) for b in encoded] + [0], dtype=np.int64)
+        self.blob = b"".join(encoded)  # for the C renderer: the strings and their offsets
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
         self.matrix = np.zeros((len(encoded) + 1, width), dtype=np.uint8)
         if width:
             flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
@@ -151,21 +165,27 @@ class JsonRows:
                present: Optional[np.ndarray] = None) -> None:
         """Integers in decimal; ``micros`` writes nanoseconds as ``us.nnn``."""
         values = np.asarray(values, dtype=np.int64)
-        shown = values if present is None else values[present]
-        # Python ints: np.abs would overflow on the most negative int64
-        high = max(int(shown.max()), -int(shown.min())) if len(shown) else 0
-        signed = bool(len(shown)) and bool(shown.min() < 0)
-        groups = max(1, -(-len(str(high // 1000 if micros else high)) // 4))
-        width = signed + 4 * groups + (4 if micros else 0)  # "-", digits, ".nnn"
-        self._fields.append(_Field("number", width, present, data=values, micros=micros,
-                                   signed=signed, groups=groups))
+        self._fields.append(_Field("number", -1, present, data=values, micros=micros))
 
     def choice(self, table: StringTable, index: np.ndarray,
                present: Optional[np.ndarray] = None) -> None:
         """Per row, the string ``table[index[row]]`` (-1: nothing)."""
         index = np.asarray(index, dtype=np.intp)
-        width = int(table.lengths[index].max()) if len(index) else 0
-        self._fields.append(_Field("choice", width, present, data=table, index=index))
+        self._fields.append(_Field("choice", -1, present, data=table, index=index))
+
+    @staticmethod
+    def _measure(f: _Field) -> None:
+        """The slot of a number or choice field: as wide as its widest value (numpy's
+        layout only; the C renderer needs no slots)."""
+        if f.kind == "choice":
+            f.width = int(f.data.lengths[f.index].max()) if len(f.index) else 0
+            return
+        shown = f.data if f.present is None else f.data[f.present]
+        # Python ints: np.abs would overflow on the most negative int64
+        high = max(int(shown.max()), -int(shown.min())) if len(shown) else 0
+        f.signed = bool(len(shown)) and bool(shown.min() < 0)
+        f.groups = max(1, -(-len(str(high // 1000 if f.micros else high)) // 4))
+        f.width = f.signed + 4 * f.groups + (4 if f.micros else 0)  # "-", digits, ".nnn"
 
     def render(self, separator: str = "") -> bytes:
         """All rows, each followed by ``separator`` except the last."""
@@ -179,6 +199,10 @@ class JsonRows:
         (bigger blocks are fresh pages from the kernel each time, and faulting
         them in costs more than the rendering)."""
         if self.n == 0:
+            return
+        native = RENDERER.load() if self.n >= NATIVE_MIN_ROWS else None
+        if native is not None:
+            yield from self.native_chunks(native, separator, rows_per_chunk)
             return
         if separator:
             self.text(separator)
@@ -198,10 +222,46 @@ class JsonRows:
             out = part[keep]
             yield memoryview(out[:len(out) - cut] if cut else out)
 
+    def native_chunks(self, native: Any, separator: str = "",
+                      rows_per_chunk: int = 0) -> Iterator[bytes]:
+        """``chunks`` written by the C renderer ``native`` (``RENDERER.load()``) into one
+        buffer: each chunk is a view of it, valid until the next one is asked for."""
+        fields: List[tuple] = []
+        for f in self._fields:
+            present = None if f.present is None else np.ascontiguousarray(f.present, bool)
+            if present is not None and present.all():
+                present = None
+            if (present is not None and not present.any()) or (f.kind == "choice"
+                                                                 and not len(f.data)):
+                continue  # writes nothing on any row
+            if f.kind == "text":
+                if fields and fields[-1][0] == 0 and fields[-1][1] is present is None:
+                    fields[-1] = (0, None, fields[-1][2] + f.data)  # one copy, not two
+                else:
+                    fields.append((0, present, f.data))
+            elif f.kind == "number":
+                fields.append((1, present, np.ascontiguousarray(f.data, np.int64), f.micros))
+            else:
+                fields.append((2, present, np.ascontiguousarray(f.index, np.intp),
+                               f.data.blob, f.data.offsets))
+        out = bytearray(NATIVE_CHUNK_BYTES)
+        sep, first = separator.encode(), 0
+        while first < self.n:
+            end = min(self.n, first + rows_per_chunk) if rows_per_chunk else self.n
+            while first < end:
+                done, length = native.render(fields, first, end, sep, out)
+                if not done:  # a row wider than the buffer
+                    out = bytearray(2 * len(out))
+                    continue
+                first += done
+                yield memoryview(out)[:length]
+
     def _start(self, n: int) -> int:
         """Place the fields side by side; returns the row width in bytes."""
         at = 0
         for f in self._fields:
+            if f.width < 0:
+                self._measure(f)
             f.at = at
             at += f.width
         # number columns with the most digit groups first, so the columns that

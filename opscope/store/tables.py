@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import numpy as np
@@ -63,8 +64,10 @@ def arrow_table(table: str, columns: Dict[str, Any]):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+@lru_cache(maxsize=4)
 def _nulls(n: int):
-    """``n`` null int64 values (a column that was not recorded)."""
+    """``n`` null int64 values (a column that was not recorded); arrays are immutable,
+    so every batch of one size shares one."""
     pa, _ = require_pyarrow()
     return pa.nulls(n, pa.int64())
 

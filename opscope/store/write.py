@@ -41,6 +41,7 @@ from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
 from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
+from opscope.export.background import Background
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
 from opscope.store.folder import (LOCK_PREFIX, Footer, check_store_folder, footer_of,
@@ -209,8 +210,15 @@ class StoreWriter:
         sessions row (``_footers``)."""
         written: List[Footer] = []
         with self.part_writer(table, rank, window, written) as writer:
-            for part in [data] if hasattr(data, "schema") else data:
-                writer.write_table(part)
+            if hasattr(data, "schema"):
+                writer.write_table(data)
+            else:  # Parquet's encoding releases the GIL: it overlaps making the next part
+                work = Background(writer.write_table, name="opscope-parquet")
+                try:
+                    for part in data:
+                        work.put(part)
+                finally:
+                    work.finish()
         self._footers[(table, rank, window)] = written[0]
 
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
