@@ -144,7 +144,7 @@ def _int_sums(groups: _Groups, values) -> List[int]:
     if values.dtype.kind not in "iub":
         return [int(v) for v in _float_sums(groups, values)]
     out = np.zeros(groups.count, dtype=np.int64)
-    np.add.at(out, groups.of_event, values.astype(np.int64))
+    np.add.at(out, groups.of_event, values.astype(np.int64, copy=False))
     return out.tolist()
 
 
@@ -170,22 +170,27 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
         rows_in = rows_in[~np.asarray(exclude, dtype=bool)]
     if len(rows_in) == 0:
         return []
+    every = len(rows_in) == len(table)
+
+    def pick(column: np.ndarray) -> np.ndarray:  # no copy of a 10M-event column for all rows
+        return column if every else column[rows_in]
+
     ids, symbols = display_names(table)
-    names = ids[rows_in]
-    is_user = (table.scope[rows_in] == SCOPE_USER).astype(np.int64)
+    names = pick(ids)
+    is_user = pick(table.scope) == SCOPE_USER
     overloads = None
     if group_by_overload_name:
         overloads = ([""] * len(rows_in) if overload_names is None
                      else [overload_names[i] or "" for i in rows_in.tolist()])
-    groups = _grouped(names * 2 + is_user, [
+    groups = _grouped(names.astype(np.int64) * 2 + is_user, [
         overloads if overload_names is not None else None,
         _shape_texts(table, rows_in) if group_by_input_shape else None,
         _stack_keys(stacks, rows_in, group_by_stack_n) if group_by_stack_n > 0 else None])
     mem = memory or {}
     zeros = [0] * groups.count
-    total = _float_sums(groups, (table.duration_ns / 1000.0)[rows_in])
-    self_total = _float_sums(groups, (table.self_ns / 1000.0)[rows_in])
-    counts = _int_sums(groups, np.ones(len(rows_in), dtype=np.int64))
+    total = _float_sums(groups, pick(table.duration_ns) / 1000.0)
+    self_total = _float_sums(groups, pick(table.self_ns) / 1000.0)
+    counts = np.bincount(groups.of_event, minlength=groups.count).tolist()
     cpu_mem, self_mem, flop_sum = (
         _int_sums(groups, np.asarray(values)[rows_in]) if values is not None else zeros
         for values in (mem.get("cpu_memory_usage"), mem.get("self_cpu_memory_usage"), flops))

@@ -28,6 +28,7 @@ from opscope.analysis.flight_recorder import flight_facts
 from opscope.analysis.flops import event_flops
 from opscope.analysis.memory import attribute, event_memory, sorted_memory, with_memory_events
 from opscope.analysis.stacks import event_stacks
+from opscope.analysis.trace_reading import scanner_for
 from opscope.analysis.tree import build_tree, infer_backward_nodes, without_rows
 from opscope.load import read_trace
 from opscope.load.read import malformed_is_load_error
@@ -115,7 +116,8 @@ def load_session(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = N
     >>> s.options["record_shapes"], s.source_path == path
     (True, True)
     """
-    raw = read_trace(path, max_bytes=max_bytes, python_functions=python_functions, lean=lean)
+    raw = read_trace(path, max_bytes=max_bytes, python_functions=python_functions, lean=lean,
+                     scanner=scanner_for)
     with malformed_is_load_error(raw.source_path):
         return build_session(raw)
 

@@ -36,10 +36,12 @@ def main(argv: list) -> int:
     source, build_dir, name, parent_pid = argv
     _die_with(int(parent_pid))
     try:
-        from torch.utils import cpp_extension
-
         # a source's own include folders and flags (the device collector's CUPTI headers)
         extra = json.loads(os.environ.get("OPSCOPE_BUILD_EXTRA") or "{}")
+        if extra.get("plain"):  # a CPython extension without torch: one compiler call
+            return _compile_plain(source, build_dir, name, extra)
+        from torch.utils import cpp_extension
+
         cpp_extension.load(name=name, sources=[source], build_directory=build_dir,
                            extra_cflags=FLAGS + list(extra.get("cflags", [])),
                            extra_include_paths=list(extra.get("include_dirs", [])),
@@ -48,6 +50,21 @@ def main(argv: list) -> int:
         print(f"\n{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _compile_plain(source: str, build_dir: str, name: str, extra: dict) -> int:
+    """``$CXX`` (else c++) ``-shared`` of ``source`` into ``BUILD_DIR/NAME.so``."""
+    import shlex
+    import subprocess
+    import sysconfig
+
+    command = (shlex.split(os.environ.get("CXX", "").strip() or "c++") + FLAGS
+               + ["-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden",
+                  f"-DTORCH_EXTENSION_NAME={name}", "-I" + sysconfig.get_paths()["include"]]
+               + list(extra.get("cflags", [])) + ["-I" + d for d in extra.get("include_dirs", [])]
+               + [source, "-o", os.path.join(build_dir, f"{name}.so")])
+    print(" ".join(shlex.quote(c) for c in command), flush=True)
+    return subprocess.run(command, stdin=subprocess.DEVNULL).returncode
 
 
 if __name__ == "__main__":

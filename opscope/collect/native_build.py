@@ -78,8 +78,9 @@ def build_key() -> str:
     return source_build_key(SOURCE)
 
 
-def source_build_key(source: Path, extra_key: str = "") -> str:
-    """``torch<version>_<python tag>_<hash>`` for a C++ source.
+def source_build_key(source: Path, extra_key: str = "", torch: bool = True) -> str:
+    """``torch<version>_<python tag>_<hash>`` for a C++ source (``py_<python tag>_<hash>``
+    for one built without torch: ``torch=False``).
 
     The hash covers what makes a built ``.so`` loadable: Python ABI, torch
     version and build, C++ ABI, platform, flags and the source; never a path.
@@ -87,25 +88,29 @@ def source_build_key(source: Path, extra_key: str = "") -> str:
     >>> source_build_key(SOURCE).startswith("torch")
     True
     """
-    import torch
-
     fields = {
         "layout": 2,
         "python": sys.implementation.cache_tag,
         "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
         "soabi": sysconfig.get_config_var("SOABI"),
-        "torch": torch.__version__,
-        "torch_git": getattr(torch.version, "git_version", None),
-        "cuda": getattr(torch.version, "cuda", None),
-        "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)),
         "platform": f"{sys.platform}-{platform.machine()}",
         "flags": BUILD_FLAGS_TAG.decode(),
         "source": hashlib.sha256(Path(source).read_bytes()).hexdigest(),
     }
+    if torch:
+        import torch as torch_module
+
+        fields.update({
+            "torch": torch_module.__version__,
+            "torch_git": getattr(torch_module.version, "git_version", None),
+            "cuda": getattr(torch_module.version, "cuda", None),
+            "cxx11_abi": bool(getattr(torch_module._C, "_GLIBCXX_USE_CXX11_ABI", True))})
     if extra_key:  # what a source's own headers and flags add (never a path)
         fields["extra"] = extra_key
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
-    torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
+    if not torch:
+        return f"py_{sys.implementation.cache_tag}_{digest}"
+    torch_tag = torch_module.__version__.replace("+", "_").replace(".", "_")
     return f"torch{torch_tag}_{sys.implementation.cache_tag}_{digest}"
 
 
@@ -123,8 +128,12 @@ class NativeExtension:
     """
 
     def __init__(self, source: Path, module_prefix: str, what: str, consequence: str,
-                 extra: Optional[Any] = None, takes: str = "under a minute"):
+                 extra: Optional[Any] = None, takes: str = "under a minute",
+                 torch: bool = True):
         self.source = Path(source)
+        # torch=False: a plain CPython extension (no torch headers or libraries), compiled
+        # by the C++ compiler alone and loaded without importing torch
+        self.torch = torch
         self.takes = takes  # what the first build's line says it takes
         # extra() -> {"include_dirs": [...], "cflags": [...], "key": str}, or raises
         # BuildFailed with the one line to show (the device collector's CUPTI)
@@ -138,11 +147,15 @@ class NativeExtension:
 
     def build_key(self) -> str:
         """The cache sub-folder of this source's build."""
-        return source_build_key(self.source, self.extra_options().get("key", ""))
+        return source_build_key(self.source, self.extra_options().get("key", ""), self.torch)
 
     def extra_options(self) -> dict:
-        """The source's own include folders, flags and build-key part ({} for none)."""
-        return self.extra() if self.extra is not None else {}
+        """The source's own include folders, flags and build-key part ({} for none);
+        ``plain`` for a build without torch."""
+        options = dict(self.extra()) if self.extra is not None else {}
+        if not self.torch:
+            options["plain"] = True
+        return options
 
     def library_path(self) -> Path:
         """Where the built ``.so`` lives in the cache (its stamp is beside it)."""
@@ -190,7 +203,8 @@ def load_native() -> Optional[Any]:
 
 
 def _load_or_build(ext: NativeExtension) -> Any:
-    import torch  # noqa: F401  (the extension links against torch's libraries)
+    if ext.torch:
+        import torch  # noqa: F401  (the extension links against torch's libraries)
 
     so = ext.library_path()
     folder, root = so.parent, so.parent.parent
@@ -321,14 +335,14 @@ def _worker_env(extra: Optional[dict] = None) -> dict:
     env = dict(os.environ)
     env.pop("OPSCOPE_BUILD_EXTRA", None)
     if extra:
-        env["OPSCOPE_BUILD_EXTRA"] = json.dumps({k: extra[k] for k in ("include_dirs", "cflags")
-                                                 if k in extra})
+        env["OPSCOPE_BUILD_EXTRA"] = json.dumps({k: extra[k] for k in ("include_dirs", "cflags",
+                                                                      "plain") if k in extra})
     env.pop("OPSCOPE_ON_DEMAND", None)  # the start-up hook would start one in the build
     missing = []
     compiler = missing_compiler(env)
     if compiler:
         missing.append(compiler)
-    if shutil.which("ninja", path=env.get("PATH")) is None:
+    if not (extra or {}).get("plain") and shutil.which("ninja", path=env.get("PATH")) is None:
         try:
             import ninja  # pip's ninja keeps its binary inside the package
 

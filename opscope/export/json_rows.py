@@ -42,7 +42,7 @@ from opscope.collect.native_build import NativeExtension
 # so small outputs never wait for a build. Without it (no compiler), numpy writes.
 RENDERER = NativeExtension(Path(__file__).with_name("row_render.cpp"), "opscope_rows",
                            "JSON row renderer", "large traces are written more slowly",
-                           takes="a few seconds")
+                           takes="a few seconds", torch=False)
 NATIVE_MIN_ROWS = 20_000
 NATIVE_CHUNK_BYTES = 1 << 21  # one buffer, rendered into again for each chunk
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from opscope.arguments import check_choice
 from opscope.load.trace_events import PYTHON_FUNCTION_RULES
@@ -25,7 +25,8 @@ from opscope.model.records import RawSession
 
 
 def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = None,
-               python_functions: Optional[str] = None, lean: bool = False) -> RawSession:
+               python_functions: Optional[str] = None, lean: bool = False,
+               scanner: Optional[Callable[[str], Any]] = None) -> RawSession:
     """The RawSession of the trace at ``path`` (a file, or a folder's newest trace).
 
     ``python_functions`` overrides the rule for ``python_function`` events
@@ -34,12 +35,15 @@ def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = Non
     anything wrong with it (see ``trace_file``). The file is read in bounded
     memory (``trace_stream``): the events' columns plus one batch of JSON.
     ``lean`` reads the args of the collectives only (``trace_columns``).
+    ``scanner(file)``: the C trace scanner to read that file with, or None
+    (``trace_fast``; ``analysis.trace_reading`` builds it).
     """
     check_choice("load_session", "python_functions", python_functions,
                  (None,) + PYTHON_FUNCTION_RULES)
     file = resolve_trace_path(path)
     with collection_paused(), malformed_is_load_error(file):
-        return stream_trace(file, max_bytes, python_functions, lean)
+        return stream_trace(file, max_bytes, python_functions, lean,
+                            scanner(file) if scanner is not None else None)
 
 
 @contextmanager

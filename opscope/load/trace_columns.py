@@ -199,11 +199,17 @@ class TraceColumns:
         self.collective_names: List[bool] = []  # per name id: a collective's (lean)
 
     def column(self, name: str) -> np.ndarray:
-        """One column over every op added so far."""
+        """One column over every op added so far (a read-only view where every batch
+        holds one value: a CPU trace's correlations, inputs and stacks cost nothing)."""
         parts = self.batches.get(name, [])
         if name == "flops" or name == "has_flops":
             return np.concatenate(parts) if parts else np.zeros(self.count, dtype=np.int64)
-        return np.concatenate(parts) if parts else np.zeros(0)
+        if not parts:
+            return np.zeros(0)
+        if all(p.strides == (0,) for p in parts) and len({p[0] for p in parts if len(p)}) <= 1:
+            value = next((p[:1] for p in parts if len(p)), np.zeros(1, parts[0].dtype))
+            return np.broadcast_to(value, (sum(len(p) for p in parts),))
+        return np.concatenate(parts)
 
     def _put(self, name: str, values: np.ndarray) -> None:
         self.batches.setdefault(name, []).append(values)

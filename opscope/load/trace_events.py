@@ -143,11 +143,15 @@ def columns_session(cols: TraceColumns, doc: Dict[str, Any],
                      for _ in ([cols.span] if cols.span else [])]
     origin_us = int(math.floor(min((float(a.min()) for a in all_ts if len(a)), default=0.0)))
     start = to_ns(ts, origin_us)
-    end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
+    end = np.rint(dur * 1000.0).astype(np.int64)
+    del ts, dur, all_ts  # a large trace's columns are held once: each goes when used
+    np.maximum(end, 0, out=end)
+    end += start
     tids, thread_index = ops.interned("tid", cols.tids)
     memory = memory_records(cols.memory, origin_us, path, tids,  # may add threads
                             EventPositions(cols.memory, cols.positions[0]))
     names, records, user_rows = _records(cols, ops, start, end, thread_index, tids)
+    start, end = records["start_ns"], records["end_ns"]  # views: the arrays go
     records["flags"][ops.column("python").astype(bool)] = FLAG_PYTHON_FUNCTION
     records["flags"][_async_rows(names, records, user_rows)] |= FLAG_ASYNC
     correlation, device, device_names = _device_side(cols, ops, origin_us, records)
@@ -244,8 +248,12 @@ class _KeptOps:
 def _records(cols: TraceColumns, ops: _KeptOps, start: np.ndarray, end: np.ndarray,
              thread_index: np.ndarray, tids: List[Any]):
     """Names, records (trace order; inputs not yet encoded) and the user-range rows."""
+    records = np.zeros(len(start), dtype=RECORD_DTYPE)
     names, name_id = ops.interned("name", cols.names)
-    seq, fwd = ops.column("seq"), ops.column("fwd")
+    records["name_id"] = name_id
+    del name_id
+    records["seq_nr"] = ops.column("seq")
+    fwd = ops.column("fwd")
     cat_names, cat_id = ops.interned("cat", cols.cats)
     cat_scope = np.array([OP_CATEGORIES.get(c, OP_CATEGORIES.get(str(c).lower(), 0))
                           for c in cat_names], dtype=np.uint8)
@@ -253,15 +261,14 @@ def _records(cols: TraceColumns, ops: _KeptOps, start: np.ndarray, end: np.ndarr
     scope[(fwd != 0) & (scope == SCOPE_FUNCTION)] = SCOPE_BACKWARD_FUNCTION
     user_rows = np.flatnonzero(cat_id == cat_names.index("user_annotation")) \
         if "user_annotation" in cat_names else np.zeros(0, dtype=np.int64)
-    records = np.zeros(len(start), dtype=RECORD_DTYPE)
     records["start_ns"] = start
     records["end_ns"] = end
-    records["seq_nr"] = seq
-    records["name_id"] = name_id
     records["thread_index"] = thread_index
     records["fwd_thread_id"] = np.clip(fwd, 0, 2 ** 32 - 1)
-    records["rf_thread_id"] = _rf_thread_ids(cols, ops.column("ts"), thread_index, fwd,
-                                             tids)[thread_index] if len(start) else 0
+    flows = cols.flows_start and cols.flows_end  # only they need the times again
+    records["rf_thread_id"] = _rf_thread_ids(cols, ops.column("ts") if flows else None,
+                                             thread_index, fwd, tids)[thread_index] \
+        if len(start) else 0
     records["scope"] = scope
     return [n if isinstance(n, str) else str(n) for n in names], records, user_rows
 
@@ -315,7 +322,7 @@ def _window(span: Optional[dict], start: np.ndarray, end: np.ndarray, origin_us:
     return 0, 0
 
 
-def _rf_thread_ids(cols: TraceColumns, ts: np.ndarray, thread_index: np.ndarray,
+def _rf_thread_ids(cols: TraceColumns, ts: Optional[np.ndarray], thread_index: np.ndarray,
                    fwd: np.ndarray, tids: List[Any]) -> np.ndarray:
     """RecordFunction thread id per thread index (as ``Fwd thread id`` refers to it).
 
