@@ -85,7 +85,7 @@ def filtered_mask(table: EventTable) -> np.ndarray:
     return ~np.isin(table.name_id, ids)
 
 
-class _Groups(NamedTuple):
+class Groups(NamedTuple):
     """Which group each kept event falls in; groups are numbered in order of first event."""
 
     of_event: np.ndarray  # group id per kept event
@@ -93,9 +93,14 @@ class _Groups(NamedTuple):
     count: int
 
 
-def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Groups:
+def grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]] = ()) -> Groups:
     """Group events by ``base_key`` (ints) and the per-event values of ``columns``
-    (shape texts, stack tuples, overload names; None: not grouped by it)."""
+    (shape texts, stack tuples, overload names; None: not grouped by it).
+
+    >>> g = grouped(np.array([7, 2, 7]))
+    >>> g.of_event.tolist(), g.first.tolist(), g.count
+    ([0, 1, 0], [0, 1], 2)
+    """
     n = len(base_key)
     columns = [c for c in columns if c is not None]
     if not columns and int(base_key.min()) >= 0 and int(base_key.max()) < max(n, 1 << 16):
@@ -113,11 +118,11 @@ def _grouped(base_key: np.ndarray, columns: Sequence[Optional[Sequence]]) -> _Gr
     # renumber so that group g is the g-th key to appear
     rank = np.empty(n_groups, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(n_groups)
-    return _Groups(rank[group], np.sort(first), n_groups)
+    return Groups(rank[group], np.sort(first), n_groups)
 
 
-def _grouped_small(base_key: np.ndarray) -> _Groups:
-    """``_grouped`` of small non-negative keys (name ids), in linear time: no sort of
+def _grouped_small(base_key: np.ndarray) -> Groups:
+    """``grouped`` of small non-negative keys (name ids), in linear time: no sort of
     the events, only of the distinct keys.
 
     >>> g = _grouped_small(np.array([5, 2, 5, 0]))
@@ -131,15 +136,15 @@ def _grouped_small(base_key: np.ndarray) -> _Groups:
     order = np.argsort(first[keys], kind="stable")  # by first appearance
     rank = np.zeros(len(first), dtype=np.int64)
     rank[keys[order]] = np.arange(len(keys))
-    return _Groups(rank[base_key], first[keys[order]], len(keys))
+    return Groups(rank[base_key], first[keys[order]], len(keys))
 
 
-def _float_sums(groups: _Groups, values) -> np.ndarray:
+def _float_sums(groups: Groups, values) -> np.ndarray:
     return np.bincount(groups.of_event, weights=np.asarray(values, dtype=np.float64),
                        minlength=groups.count)
 
 
-def _int_sums(groups: _Groups, values) -> List[int]:
+def _int_sums(groups: Groups, values) -> List[int]:
     values = np.asarray(values)
     if values.dtype.kind not in "iub":
         return [int(v) for v in _float_sums(groups, values)]
@@ -182,7 +187,7 @@ def key_averages(table: EventTable, *, group_by_input_shape: bool = False,
     if group_by_overload_name:
         overloads = ([""] * len(rows_in) if overload_names is None
                      else [overload_names[i] or "" for i in rows_in.tolist()])
-    groups = _grouped(names.astype(np.int64) * 2 + is_user, [
+    groups = grouped(names.astype(np.int64) * 2 + is_user, [
         overloads if overload_names is not None else None,
         _shape_texts(table, rows_in) if group_by_input_shape else None,
         _stack_keys(stacks, rows_in, group_by_stack_n) if group_by_stack_n > 0 else None])
@@ -302,7 +307,7 @@ def event_key_averages(events: Sequence, *, group_by_input_shape: bool = False,
     keys: Dict[tuple, int] = {}
     base_key = np.fromiter((keys.setdefault((ev.key, getattr(ev, "is_user_annotation", False)),
                                             len(keys)) for ev in events), np.int64, len(events))
-    groups = _grouped(base_key, [
+    groups = grouped(base_key, [
         [getattr(ev, "overload_name", "") for ev in events] if group_by_overload_name else None,
         [str(ev.input_shapes) for ev in events] if group_by_input_shape else None,
         [tuple(ev.stack[:group_by_stack_n]) for ev in events] if group_by_stack_n > 0 else None])

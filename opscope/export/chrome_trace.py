@@ -34,6 +34,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from opscope.analysis.aggregate import grouped
 from opscope.analysis.facts import forward_links
 from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
@@ -173,27 +174,6 @@ def _write_ops(session: ProfileSession, pid: int, shift: int, out: _ChunkWriter)
         out.rows(_op_lines(session, pid, shift, rows, extra, correlation))
 
 
-def _groups(key: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """(the group of each row, one row of each group) of non-negative integer keys.
-
-    >>> group, row = _groups(np.array([7, 2, 7]))
-    >>> group.tolist(), sorted(row.tolist())
-    ([1, 0, 1], [1, 2])
-    """
-    size = int(key.max()) + 1 if len(key) else 0
-    if size > 4 * len(key) + 4096:  # sparse keys: sort them
-        _, first, group = np.unique(key, return_index=True, return_inverse=True)
-        return group.reshape(-1), first
-    some_row = np.empty(size, dtype=np.intp)
-    some_row[key] = np.arange(len(key))  # a row of each key (any one will do)
-    used = np.zeros(size, dtype=bool)
-    used[key] = True
-    keys = np.flatnonzero(used)
-    code = np.empty(size, dtype=np.intp)
-    code[keys] = np.arange(len(keys))
-    return code[key], some_row[keys]
-
-
 def _op_lines(session: ProfileSession, pid: int, shift: int, rows, extra: List[Any],
               correlation: Optional[np.ndarray]) -> JsonRows:
     """The ``X`` lines of ``rows`` (a slice or row numbers): names, threads and extra
@@ -206,7 +186,8 @@ def _op_lines(session: ProfileSession, pid: int, shift: int, rows, extra: List[A
     thread = table.thread_index[rows].astype(np.int64)
     key = ((table.name_id[rows].astype(np.int64) * 2 + (table.scope[rows] == SCOPE_USER))
            * max(len(tid_of), 1) + thread)
-    head_index, first = _groups(key)
+    groups = grouped(key)  # one head per distinct key, rendered from its first row
+    head_index, first = groups.of_event, groups.first
     tids = tid_of[thread[first]] if len(tid_of) else np.zeros(len(first), np.int64)
     heads = StringTable([  # rendered from one row of each distinct key
         '"cat": "%s", "name": %s, "pid": %d, "tid": %d' % (cat, json.dumps(table.name(r)), pid, tid)

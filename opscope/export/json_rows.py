@@ -110,7 +110,7 @@ class StringTable:
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
         self.matrix = np.zeros((len(encoded) + 1, width), dtype=np.uint8)
         if width:
-            flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            flat = np.frombuffer(self.blob, dtype=np.uint8)
             cols = np.arange(width)
             mask = cols < self.lengths[:, None]
             self.matrix[mask] = flat

@@ -33,8 +33,8 @@ from opscope.load.trace_device import correlation_column
 from opscope.load.lean_events import op_args
 from opscope.model.collective_facts import MARKER_ARGS, CollectiveFacts
 from opscope.model.modules import TRACE_ARG_FUSED, fused_modules_from_text
-from opscope.load.trace_scan import (ScannedEvents, bad_number, int_column,
-                                     is_microseconds, op_columns)
+from opscope.load.trace_scan import (MAX_MICROSECONDS, ScannedEvents, bad_number,
+                                     int_column, is_microseconds, op_columns)
 from opscope.model.torch_names import (C10D_PREFIX, COLLECTIVE_RANGE_PREFIXES,
                                        NCCL_KERNEL_PREFIXES, RECORD_PARAM_COMMS)
 
@@ -294,7 +294,7 @@ class TraceColumns:
         if not set(map(type, values)) - {int, float}:
             try:
                 out = np.array(values, dtype=np.float64)
-                if (np.abs(out) <= 4e15).all():
+                if (np.abs(out) <= MAX_MICROSECONDS).all():
                     return out
             except OverflowError:
                 pass

@@ -32,7 +32,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from opscope.load.trace_columns import NO_TEXT, TraceColumns
-from opscope.load.trace_scan import MAX_MICROSECONDS, OP_CATEGORIES
+from opscope.load.trace_scan import MAX_MICROSECONDS, is_op_category
 
 # the scanner's Row (trace_scan.cpp), as numpy reads it
 ROW_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("pid", "<i8"), ("tid", "<i8"),
@@ -118,7 +118,7 @@ class ScanFeed:
             grown[:len(self.maps[key])] = self.maps[key]
             self.maps[key] = grown
         self.op_cats = np.concatenate([self.op_cats, np.array(
-            [s in OP_CATEGORIES or s.lower() in OP_CATEGORIES for s in fresh], dtype=bool)])
+            [is_op_category(s) for s in fresh], dtype=bool)])
         if self.x_id < 0 and "X" in fresh:
             self.x_id = self.strings.index("X")
 

@@ -205,8 +205,17 @@ _GET_CAT = methodcaller("get", "cat")
 _OP, _PYTHON, _SPAN, _DEVICE = 1, 2, 3, 4
 
 
+def is_op_category(cat: Any) -> bool:
+    """Whether an ``X`` event of category ``cat`` is an op (any letter case).
+
+    >>> is_op_category("cpu_op"), is_op_category("CPU_OP"), is_op_category("kernel")
+    (True, True, False)
+    """
+    return cat in OP_CATEGORIES or (isinstance(cat, str) and cat.lower() in OP_CATEGORIES)
+
+
 def _category_kind(cat: Any) -> int:
-    if cat in OP_CATEGORIES or (isinstance(cat, str) and cat.lower() in OP_CATEGORIES):
+    if is_op_category(cat):
         return _OP
     return {"python_function": _PYTHON, "Trace": _SPAN, "kernel": _DEVICE,
             "gpu_memcpy": _DEVICE, "gpu_memset": _DEVICE}.get(cat, 0) \
