@@ -103,13 +103,13 @@ def test_deeply_nested_json_is_one_line_in_every_verb(field, tmp_path, capsys):
 PAUSED_CONVERT = """\
 import sys, time
 from opscope.store import write
-real = write.StoreWriter.write_part
-def write_part(self, table, data, rank, window=None):
-    real(self, table, data, rank, window)
+real = write.StoreWriter.write_files
+def write_files(self, table, files, rank, window=None):
+    real(self, table, files, rank, window)
     if (table, window) == (sys.argv[1], int(sys.argv[2])):
         print("paused", flush=True)
         time.sleep(600)
-write.StoreWriter.write_part = write_part
+write.StoreWriter.write_files = write_files
 from opscope.cli.main import main
 sys.exit(main(sys.argv[3:]))
 """

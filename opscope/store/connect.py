@@ -78,14 +78,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 from opscope.store.folder import (Footer, check_rows, check_store_folder, max_part_rows,
-                                  partition_values, regular_file_inside)
+                                  partition_files, partition_of, partition_values,
+                                  regular_file_inside)
 from opscope.store.parts import check_recorded, recorded_parts
 from opscope.store.sandbox import CONNECT_CONFIG, literal_path, lock_down, quote
 from opscope.store.schema import (COLUMNS, PART_FILE, RANK_TABLES, WINDOW_TABLES, StoreError,
-                                  duckdb_type, load_json, part_path, require_duckdb)
+                                  duckdb_type, load_json, part_path, partition_dir,
+                                  require_duckdb)
 
 DERIVED_VIEWS = {
     "ops": """
@@ -160,15 +162,14 @@ def part_files(store: str, table: str) -> List[str]:
         raise StoreError(f"store {store!r}: {root!r} is a symlink; not following it")
     files = []
     for rank in partition_values(root, "rank"):
-        folder = os.path.join(root, f"rank={rank}")
         if table in RANK_TABLES:
-            paths = [os.path.join(folder, PART_FILE)]
-        else:
-            paths = [os.path.join(folder, f"window={w}", PART_FILE)
-                     for w in partition_values(folder, "window")
-                     if table == "sessions" or regular_file_inside(
-                         store, part_path(store, "sessions", rank, w))]
-        files += [p for p in paths if regular_file_inside(store, p)]
+            files += partition_files(store, table, rank)
+            continue
+        folder = os.path.join(root, f"rank={rank}")
+        for w in partition_values(folder, "window"):
+            if table == "sessions" or regular_file_inside(
+                    store, part_path(store, "sessions", rank, w)):
+                files += partition_files(store, table, rank, w)
     return files
 
 
@@ -233,26 +234,36 @@ def _check_store_footers(con, path: str, files: Dict[str, List[str]], store: str
     limit = max_part_rows()
     _check_footers(con, files["sessions"], limit, "sessions", store)
     recorded = _recorded(con, path, files["sessions"], store)
+    present = set()
     for table in COLUMNS:
         if table != "sessions":
-            _check_footers(con, files[table], limit, table, store, recorded)
-    present = {name for table in COLUMNS for name in files[table]}
-    for name, (where, table, figures) in recorded.items():  # a recorded file not there
-        if name not in present:
-            check_recorded(where, table, name, None, figures)
+            present |= _check_footers(con, files[table], limit, table, store, recorded)
+    for folder, (where, table, figures) in recorded.items():  # a recorded file not there
+        if folder not in present:
+            check_recorded(where, table, os.path.join(folder, PART_FILE), None, figures)
 
 
 def _check_footers(con, files: List[str], limit: int, table: str, store: str,
-                   recorded: Optional[Dict[str, tuple]] = None) -> None:
+                   recorded: Optional[Dict[str, tuple]] = None) -> Set[str]:
     """The rows each file's footer declares (DuckDB's ``parquet_file_metadata``) must be
     its row groups' sum and at most ``limit`` (``folder.read_footer`` says the same for
-    pyarrow), and agree with ``recorded`` (path -> (where, table, Footer)); StoreError
-    naming the file."""
+    pyarrow), and each partition's files together agree with ``recorded`` (folder ->
+    (where, table, Footer)); StoreError naming the file. Returns the partitions' folders."""
+    partitions: Dict[str, list] = {}
     for name, groups, footer in file_footers(con, files, store, table):
         check_rows(store, name, footer.rows, groups, limit)
-        if recorded and name in recorded:
-            where, _, figures = recorded[name]
-            check_recorded(where, table, name, footer, figures)
+        partitions.setdefault(os.path.dirname(name), []).append((name, footer))
+    for folder, found in partitions.items():
+        part = partition_of(store, sorted(found, key=lambda f: _part_number(f[0])), limit)
+        if recorded and folder in recorded:
+            where, _, figures = recorded[folder]
+            check_recorded(where, table, part.name, part.footer, figures)
+    return set(partitions)
+
+
+def _part_number(path: str) -> int:
+    """K of a ``part-K.parquet`` file."""
+    return int(os.path.basename(path)[len("part-"):-len(".parquet")])
 
 
 def file_footers(con, files: List[str], store: str, table: str
@@ -289,7 +300,7 @@ def _recorded(con, path: str, sessions: List[str], store: str) -> Dict[str, tupl
         except ValueError:
             doc = None
         for table, figures in recorded_parts(doc, where).items():
-            out[part_path(path, table, rank, window)] = (where, table, figures)
+            out[partition_dir(path, table, rank, window)] = (where, table, figures)
     return out
 
 

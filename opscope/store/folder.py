@@ -1,4 +1,4 @@
-"""A store folder on disk: is it a store, its partitions, one partition's file.
+"""A store folder on disk: is it a store, its partitions, one partition's files.
 
 Everything that opens a store checks it here first: a symlink, a file, or a
 folder without the marker (``opscope-store.json``) is refused with a
@@ -22,8 +22,8 @@ import os
 import stat
 from typing import List, NamedTuple, Optional, Tuple
 
-from opscope.store.schema import (FORMAT, MARKER, TABLES, VERSION, StoreError, load_json,
-                                  part_path, require_pyarrow)
+from opscope.store.schema import (FORMAT, MARKER, MAX_PARTS, TABLES, VERSION, StoreError,
+                                  load_json, part_path, require_pyarrow)
 
 LOCK_PREFIX = ".opscope-write-rank"  # + "<R>.lock": a rank's write lock (write.rank_lock)
 
@@ -139,23 +139,70 @@ def check_rows(store: str, path: str, declared: int, groups: int, limit: int) ->
 
 
 def read_part(store: str, table: str, rank: int, window: Optional[int] = None):
-    """The pyarrow table of one partition file, or None when it does not exist.
+    """The pyarrow table of one partition (its files' rows, in order), or None when it has
+    no file.
 
     A symlink or non-regular file there is refused (StoreError naming it), and so is
     a file whose footer declares too many rows (``read_footer``).
     """
     found = part_footer(store, table, rank, window)
-    return None if found is None else read_rows(store, found[0])
+    return None if found is None else read_files(store, found.files)
+
+
+class Partition(NamedTuple):
+    """One partition's files (``part-0.parquet``, ...) and their footers' sum; ``name``
+    names it in messages: its one file, else its folder."""
+
+    name: str
+    footer: Footer
+    files: List[str]
+
+
+def partition_files(store: str, table: str, rank: int, window: Optional[int] = None
+                    ) -> List[str]:
+    """The files of one partition, in row order: ``part-0.parquet``, ``part-1.parquet``,
+    ... up to the first one missing (``MAX_PARTS`` at most); a symlink or non-regular
+    file there is refused (StoreError naming it)."""
+    out = []
+    for part in range(MAX_PARTS):
+        path = part_path(store, table, rank, window, part)
+        if not regular_file_inside(store, path):
+            break
+        out.append(path)
+    return out
+
+
+def partition_of(store: str, found: List[Tuple[str, Footer]], limit: int) -> Partition:
+    """The Partition of files ``found`` ((path, footer) each, in order): together they
+    may hold at most ``limit`` rows, as one file may (StoreError naming the folder)."""
+    footer = Footer(sum(f.rows for _, f in found), sum(f.bytes for _, f in found))
+    files = [path for path, _ in found]
+    name = files[0] if len(files) == 1 else os.path.dirname(files[0]) + os.sep
+    if len(files) > 1:
+        check_rows(store, name, footer.rows, footer.rows, limit)
+    return Partition(name, footer, files)
 
 
 def part_footer(store: str, table: str, rank: int, window: Optional[int] = None
-                ) -> Optional[Tuple[str, Footer]]:
-    """(path, checked footer) of one partition file, or None when it does not exist; a
-    symlink or non-regular file there is refused (StoreError naming it)."""
-    path = part_path(store, table, rank, window)
-    if not regular_file_inside(store, path):
+                ) -> Optional[Partition]:
+    """The Partition of one partition, each file's footer checked, or None when it has no
+    file; a symlink or non-regular file there is refused (StoreError naming it)."""
+    limit = max_part_rows()
+    files = partition_files(store, table, rank, window)
+    if not files:
         return None
-    return path, read_footer(store, path)
+    return partition_of(store, [(path, read_footer(store, path, limit)) for path in files],
+                        limit)
+
+
+def read_files(store: str, paths: List[str]):
+    """The pyarrow table of the Parquet files ``paths`` (footers checked already), their
+    rows one file after the other."""
+    tables = [read_rows(store, path) for path in paths]
+    if len(tables) == 1:
+        return tables[0]
+    pa, _ = require_pyarrow()
+    return pa.concat_tables(tables)
 
 
 def read_rows(store: str, path: str):

@@ -39,8 +39,8 @@ from opscope.model.records import MEMORY_DTYPE, NO_INPUTS, RECORD_DTYPE, RawSess
 from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.store.budget import SESSION_FACTOR, check_memory, rows_size
 from opscope.store.extras import read_extras
-from opscope.store.folder import (check_store_folder, part_footer, partition_values, read_part,
-                                  read_rows)
+from opscope.store.folder import (check_store_folder, part_footer, partition_values, read_files,
+                                  read_part)
 from opscope.store.parts import RECORDED_TABLES, check_recorded
 from opscope.store.schema import StoreError, load_json, part_path, require_pyarrow
 
@@ -197,11 +197,12 @@ def _checked_parts(store: str, rank: int, window: int, where: str, recorded: Dic
     before a row is read; None for a file that does not exist."""
     found = {t: part_footer(store, t, rank, window) for t in RECORDED_TABLES}
     for table, figures in recorded.items():
-        path, footer = found[table] or (part_path(store, table, rank, window), None)
-        check_recorded(where, table, path, footer, figures)
-    need = sum(rows_size(t, f[1]) for t, f in found.items() if f is not None)
+        part = found[table]
+        check_recorded(where, table, part_path(store, table, rank, window) if part is None
+                       else part.name, None if part is None else part.footer, figures)
+    need = sum(rows_size(t, f.footer) for t, f in found.items() if f is not None)
     check_memory(where, SESSION_FACTOR * need, memory_limit)
-    return {t: None if f is None else read_rows(store, f[0]) for t, f in found.items()}
+    return {t: None if f is None else read_files(store, f.files) for t, f in found.items()}
 
 
 def _read_window(store: str, rank: int, window: int, where: str,

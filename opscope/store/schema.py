@@ -8,6 +8,11 @@ reader, ``connect`` and every SQL query follow it. A store is a folder::
                                                       sessions
     STORE/collectives/rank=<R>/part-0.parquet         one rank's collectives, all its windows
 
+A partition's rows are those of its files ``part-0.parquet``, ``part-1.parquet``,
+... in that order (``MAX_PARTS`` at most). The writer splits a window's events in
+two files from ``opscope.store.tables.SPLIT_EVENTS`` events, each Parquet-encoded on
+a core of its own; every other partition is one file.
+
 Times are aligned Unix ns: the session clock plus its ``epoch_offset_ns`` plus
 the rank's clock offset (``opscopeClockOffsetNs``), so ranks line up.
 Columns are ``(name, type)``; types are ``int8``/``int32``/``int64``,
@@ -22,6 +27,8 @@ Example::
     '/s/events/rank=2/window=5/part-0.parquet'
     >>> part_path("/s", "collectives", 2)
     '/s/collectives/rank=2/part-0.parquet'
+    >>> part_path("/s", "events", 2, 5, part=1)
+    '/s/events/rank=2/window=5/part-1.parquet'
     >>> duckdb_type("list<int64>")
     'BIGINT[]'
 """
@@ -36,6 +43,7 @@ MARKER = "opscope-store.json"
 FORMAT = "opscope-store"
 VERSION = 2  # 2: the collectives' facts (pg_desc, pg_ranks, in/out_nelems, dtype)
 PART_FILE = "part-0.parquet"
+MAX_PARTS = 16  # part files a partition may hold; a reader stops at the first one missing
 INSTALL_HINT = "pip install 'opscope[store]'"
 
 Columns = Tuple[Tuple[str, str], ...]
@@ -210,6 +218,7 @@ def partition_dir(store: str, table: str, rank: int, window: Optional[int] = Non
     return path if window is None else os.path.join(path, f"window={int(window)}")
 
 
-def part_path(store: str, table: str, rank: int, window: Optional[int] = None) -> str:
-    """The Parquet file of one partition."""
-    return os.path.join(partition_dir(store, table, rank, window), PART_FILE)
+def part_path(store: str, table: str, rank: int, window: Optional[int] = None,
+              part: int = 0) -> str:
+    """The Parquet file number ``part`` of one partition (its first by default)."""
+    return os.path.join(partition_dir(store, table, rank, window), f"part-{int(part)}.parquet")

@@ -43,9 +43,9 @@ from opscope.model.session import OPTION_NAMES
 from opscope.store.aggregate_sql import chosen_sql
 from opscope.store.budget import SESSION_FACTOR, check_memory, rows_size
 from opscope.store.connect import file_footers, part_files
-from opscope.store.folder import regular_file_inside
+from opscope.store.folder import partition_files
 from opscope.store.parts import RECORDED_TABLES
-from opscope.store.schema import StoreError, load_json, part_path
+from opscope.store.schema import StoreError, load_json
 
 ALL = "all"
 
@@ -167,8 +167,7 @@ def windows_need(con, store: str, windows: Sequence[StoreWindow]) -> int:
     path = os.path.abspath(store)
     need = 0
     for table in RECORDED_TABLES:
-        files = [f for f in (part_path(path, table, w.rank, w.window) for w in windows)
-                 if regular_file_inside(path, f)]
+        files = [f for w in windows for f in partition_files(path, table, w.rank, w.window)]
         need += sum(rows_size(table, footer)
                     for _, _, footer in file_footers(con, files, store, table))
     return need

@@ -106,8 +106,14 @@ def _dictionary(codes: np.ndarray, names: List[Optional[str]],
 
 
 def _used_codes(codes: np.ndarray, n_names: int) -> np.ndarray:
-    """The codes (0 to ``n_names`` - 1) that occur in ``codes``, ascending; -1 is left out."""
-    return np.flatnonzero(np.bincount(codes + 1, minlength=n_names + 1)[1:] > 0)
+    """The codes (0 to ``n_names`` - 1) that occur in ``codes``, ascending; -1 is left out.
+
+    >>> _used_codes(np.array([3, -1, 0, 3], dtype=np.int32), 5).tolist()
+    [0, 3]
+    """
+    seen = np.zeros(n_names + 1, dtype=bool)
+    seen[codes] = True  # -1 marks the last slot, past the names
+    return np.flatnonzero(seen[:n_names])
 
 
 def step_numbers(session: ProfileSession) -> np.ndarray:
@@ -137,33 +143,47 @@ def _stack_ids(session: ProfileSession):
 # Rows of the events table built at a time: its columns (about 200 bytes a row) stay
 # this size however long the session, as the writer streams each batch to the file.
 EVENTS_BATCH = 1 << 18
+# From this many events, a window's events are two files, encoded at the same time (the
+# encoding is most of a store's write time; at 10M events, 3.3 s of CPU).
+SPLIT_EVENTS = 1 << 20
 
 
-def events_tables(session: ProfileSession, shift_ns: int,
-                  stack_id: np.ndarray) -> Iterator[Any]:
-    """The ``events`` table of ``session`` as pyarrow tables of ``EVENTS_BATCH`` rows
-    (one, empty, for no events); each is made when the one before has been taken."""
+def events_files(session: ProfileSession, shift_ns: int,
+                 stack_id: np.ndarray) -> List[Iterator[Any]]:
+    """The ``events`` table of ``session`` as the tables of its files, in row order: one
+    file, or two (its halves, cut between batches) from ``SPLIT_EVENTS`` events. Each file's
+    tables have ``EVENTS_BATCH`` rows (one, empty, for no events), each made when the one
+    before has been taken."""
     facts = _event_facts(session)
     n = len(session.table)
-    for lo in range(0, max(n, 1), EVENTS_BATCH):
+    batches = -(-n // EVENTS_BATCH)
+    cut = (batches + 1) // 2 * EVENTS_BATCH if n >= SPLIT_EVENTS else n
+    spans = [(0, cut), (cut, n)] if 0 < cut < n else [(0, n)]
+    return [_events_batches(session, shift_ns, stack_id, facts, lo, hi) for lo, hi in spans]
+
+
+def _events_batches(session: ProfileSession, shift_ns: int, stack_id: np.ndarray,
+                    facts: Dict[str, Any], lo: int, hi: int) -> Iterator[Any]:
+    for start in range(lo, max(hi, lo + 1), EVENTS_BATCH):
         yield arrow_table("events", events_columns(session, shift_ns, stack_id, facts,
-                                                   lo, min(n, lo + EVENTS_BATCH)))
+                                                   start, min(hi, start + EVENTS_BATCH)))
 
 
 def _event_facts(session: ProfileSession) -> Dict[str, Any]:
     """What events_columns derives per event from the whole session, computed once."""
     t = session.table
     module_row = event_modules(session)
-    module_code = np.where(module_row >= 0, t.name_id[np.maximum(module_row, 0)], -1) \
-        if len(t) else np.zeros(0, dtype=np.int64)
-    names = len(t.symbols.names)
     # 4 bytes an event where the schema's column is int32 (held for the whole write)
-    return {"module_code": module_code.astype(np.int32),
+    module_code = np.full(len(t), -1, dtype=np.int32)
+    inside = np.flatnonzero(module_row >= 0)
+    module_code[inside] = t.name_id[module_row[inside]]
+    names = len(t.symbols.names)
+    return {"module_code": module_code,
             "depth": event_depth(t.parent).astype(np.int32),
             "step": step_numbers(session).astype(np.int32), "input_id": t.input_signatures()[0],
             "correlation": session_correlations(session),
-            "used_names": _used_codes(t.name_id.astype(np.int64), names),
-            "used_modules": _used_codes(module_code.astype(np.int64), names)}
+            "used_names": _used_codes(t.name_id, names),
+            "used_modules": _used_codes(module_code, names)}
 
 
 def events_columns(session: ProfileSession, shift_ns: int, stack_id: np.ndarray,
@@ -214,10 +234,9 @@ def inputs_columns(session: ProfileSession) -> Dict[str, Any]:
     offsets: Dict[int, np.ndarray] = {}  # per thread: its rows' input offsets, sorted
     for thread in np.unique(t.thread_index[has]).tolist():
         offsets[thread] = np.unique(t.input_offset[has & (t.thread_index == thread)])
-    ids, first = np.unique(sig, return_index=True)
-    for k, row in zip(ids.tolist(), first.tolist()):
-        if k < 0:
-            continue
+    rows = np.flatnonzero(has)  # (only those: a window without inputs sorts nothing)
+    ids, first = np.unique(sig[rows], return_index=True)
+    for k, row in zip(ids.tolist(), rows[first].tolist()):
         thread = int(t.thread_index[row])
         blob, mine = t.raw.inputs[thread], offsets[thread]
         start = int(t.input_offset[row])
@@ -306,21 +325,22 @@ def window_tables(session: ProfileSession, shift_ns: int) -> Dict[str, Any]:
     """The pyarrow tables of one window's files but its ``sessions`` row (which records
     their footers once they are written: :func:`sessions_table`): table name -> table."""
     pa, _ = require_pyarrow()
-    return {name: pa.concat_tables(list(parts))
-            for name, parts in window_parts(session, shift_ns).items()}
+    return {name: pa.concat_tables([t for tables in files for t in tables])
+            for name, files in window_parts(session, shift_ns).items()}
 
 
-def window_parts(session: ProfileSession, shift_ns: int) -> Dict[str, Iterable[Any]]:
-    """``window_tables`` as table name -> that table's pyarrow tables in row order, to
-    write one after the other: the events a batch at a time (``events_tables``)."""
+def window_parts(session: ProfileSession, shift_ns: int) -> Dict[str, List[Iterable[Any]]]:
+    """``window_tables`` as table name -> its files, each the pyarrow tables to write into
+    it one after the other, in row order: the events a batch at a time, in one or two
+    files (``events_files``)."""
     stack_id, frames = _stack_ids(session)
     return {
-        "events": events_tables(session, shift_ns, stack_id),
-        "inputs": [arrow_table("inputs", inputs_columns(session))],
-        "stacks": [arrow_table("stacks", {"stack_id": list(range(len(frames))),
-                                          "frames": frames})],
-        "memory": [arrow_table("memory", memory_columns(session, shift_ns))],
-        "device": [arrow_table("device", device_columns(session, shift_ns))],
+        "events": events_files(session, shift_ns, stack_id),
+        "inputs": [[arrow_table("inputs", inputs_columns(session))]],
+        "stacks": [[arrow_table("stacks", {"stack_id": list(range(len(frames))),
+                                           "frames": frames})]],
+        "memory": [[arrow_table("memory", memory_columns(session, shift_ns))]],
+        "device": [[arrow_table("device", device_columns(session, shift_ns))]],
     }
 
 

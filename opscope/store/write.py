@@ -41,33 +41,15 @@ from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
 from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
-from opscope.export.background import Background
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
-from opscope.store.folder import (LOCK_PREFIX, Footer, check_store_folder, footer_of,
-                                  partition_values)
+from opscope.store.folder import LOCK_PREFIX, Footer, check_store_folder, partition_values
+from opscope.store.part_write import parquet_part, write_files
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.model.collective_facts import ranks_text
 from opscope.store.schema import (COLUMNS, FORMAT, MARKER, TABLES, VERSION, StoreError,
-                                  arrow_schema, load_json, parquet_options, part_path,
-                                  require_pyarrow)
+                                  load_json, part_path, require_pyarrow)
 from opscope.store.tables import arrow_table, sessions_table, window_parts
-
-
-def _make_dirs(store: str, folder: str) -> None:
-    """Create ``folder`` under ``store``, refusing any symlink on the way."""
-    rel = os.path.relpath(folder, store)
-    current = store
-    for part in rel.split(os.sep):
-        current = os.path.join(current, part)
-        if os.path.islink(current):
-            raise StoreError(f"store {store!r}: {current!r} is a symlink; refusing to write")
-        if not os.path.isdir(current):
-            try:
-                os.mkdir(current)
-            except FileExistsError:  # another rank made it first
-                if os.path.islink(current) or not os.path.isdir(current):
-                    raise StoreError(f"store {store!r}: {current!r} is not a folder") from None
 
 
 @contextmanager
@@ -129,36 +111,6 @@ def _same_file(fd: int, path: str) -> bool:
     return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-@contextmanager
-def parquet_part(store: str, table: str, path: str,
-                 written: Optional[List[Footer]] = None) -> Iterator[Any]:
-    """A ``pyarrow.parquet.ParquetWriter`` (``table``'s schema and encodings:
-    ``schema.parquet_options``) onto ``path`` inside
-    ``store``: written under a temp name in the same folder and renamed onto ``path`` when
-    the block ends without error (removed when it raises). Write it batch by batch
-    (``write_table``/``write_batch``) to keep memory flat. ``written`` gets the file's
-    footer (rows and uncompressed bytes) appended, from the writer's own metadata."""
-    _, pq = require_pyarrow()
-    collected: List[Any] = []
-    folder = os.path.dirname(path)
-    _make_dirs(store, folder)
-    if os.path.islink(path):
-        raise StoreError(f"store {store!r}: {path!r} is a symlink; refusing to replace it")
-    fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with pq.ParquetWriter(f, arrow_schema(table), metadata_collector=collected,
-                                  **parquet_options(table)) as writer:
-                yield writer
-        os.replace(tmp, path)
-        if written is not None:
-            written += [footer_of(meta) for meta in collected]
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def window_numbers(store: str, rank: int) -> List[int]:
     """The windows of ``rank`` that have a sessions partition, sorted."""
     return partition_values(os.path.join(store, "sessions", f"rank={int(rank)}"), "window")
@@ -206,20 +158,18 @@ class StoreWriter:
         """Write the pyarrow table ``data`` as one partition of ``table`` (its schema:
         ``opscope.store.schema.arrow_schema(table)``; build it with
         ``opscope.store.tables.arrow_table``), or a list or iterator of such tables one
-        after the other (memory stays that of one). Its footer is kept for the window's
-        sessions row (``_footers``)."""
+        after the other (memory stays that of one)."""
+        self.write_files(table, [data], rank, window)
+
+    def write_files(self, table: str, files: List[Any], rank: int,
+                    window: Optional[int] = None) -> None:
+        """Write one partition of ``table`` as the files ``files`` (each as ``write_part``'s
+        ``data``), all at once (``part_write.write_files``). Their footers' sum is kept
+        for the window's sessions row (``_footers``)."""
         written: List[Footer] = []
-        with self.part_writer(table, rank, window, written) as writer:
-            if hasattr(data, "schema"):
-                writer.write_table(data)
-            else:  # Parquet's encoding releases the GIL: it overlaps making the next part
-                work = Background(writer.write_table, name="opscope-parquet")
-                try:
-                    for part in data:
-                        work.put(part)
-                finally:
-                    work.finish()
-        self._footers[(table, rank, window)] = written[0]
+        write_files(self.path, table, rank, window, files, written)
+        self._footers[(table, rank, window)] = Footer(sum(f.rows for f in written),
+                                                      sum(f.bytes for f in written))
 
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
                      window: Optional[int] = None, window_name: Optional[str] = None,
@@ -260,8 +210,8 @@ class StoreWriter:
             window_name = default_window_name(session, window)
         shift = session.epoch_offset_ns + clock_offset_ns
         parts = {}
-        for name, tables in window_parts(session, shift).items():
-            self.write_part(name, tables, rank, window)  # the events a batch at a time
+        for name, files in window_parts(session, shift).items():
+            self.write_files(name, files, rank, window)  # the events a batch at a time
             parts[name] = self._footers.pop((name, rank, window))
         # sessions last, recording the others' footers: a window is listed once it is whole
         self.write_part("sessions", sessions_table(
