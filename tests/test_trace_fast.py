@@ -137,6 +137,25 @@ def test_odd_events_among_plain_ops_read_the_same(scanner, tmp_path, case):
     both_ways(path, scanner)
 
 
+def test_torch_like_timestamps_read_the_same(scanner, tmp_path):
+    """Times as torch writes them (Unix us, 16-17 digits and 3 decimals), around 2^53 too,
+    where the scanner's fast path ends: each read as json reads it."""
+    rng = np.random.default_rng(7)
+    near = [2 ** 53 + d for d in range(-3, 4)]  # digits around 2^53, as "9007199254740.992"
+    texts = [f"{v // 1000}.{v % 1000:03d}" for v in near]
+    texts += [f"{rng.integers(10 ** 12, 10 ** 13)}.{rng.integers(0, 1000):03d}"
+              for _ in range(400)]
+    texts += [f"{rng.integers(10 ** 13, 10 ** 14)}.{rng.integers(0, 1000):03d}"
+              for _ in range(100)]  # 17 digits: past the fast path
+    events = [json.dumps(op(dur=0.5, args={"Sequence number": k})).replace(
+        '"ts": 1.5', f'"ts": {t}') for k, t in enumerate(texts)]
+    text = '{"traceEvents": [\n' + ",\n".join(events) + '\n], "schemaVersion": 1}'
+    path = tmp_path / "torch_times.json.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    raw = both_ways(path, scanner)
+    assert len(raw.records) == len(texts)
+
+
 @pytest.mark.parametrize("text", [
     '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, '
     '"ts": 1,}]}',  # a trailing comma

@@ -220,8 +220,9 @@ constexpr double kPowersOf10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1
                                   1e20, 1e21, 1e22};
 
 // The double of a JSON number's text, correctly rounded (as Python's float()). Digits
-// d with a point and no exponent, d < 2^53, are exact as (d / 10^k) for k <= 22: one
-// correctly rounded division (Clinger's fast path); anything else goes to strtod.
+// d with a point and no exponent, d <= 2^53, are exact as (d / 10^k) for k <= 22: one
+// correctly rounded division (Clinger's fast path; torch's "4956901857583.175" is one);
+// anything else goes to strtod.
 double as_double(std::string_view text) {
   uint64_t digits = 0;
   int count = 0, fraction = -1;
@@ -231,7 +232,7 @@ double as_double(std::string_view text) {
     const char c = text[k];
     if (c >= '0' && c <= '9') {
       digits = digits * 10 + static_cast<uint64_t>(c - '0');
-      if (++count > 15) { simple = false; break; }
+      if (++count > 16) { simple = false; break; }  // 17 digits may pass 2^53
       if (fraction >= 0) ++fraction;
     } else if (c == '.') {
       fraction = 0;
@@ -240,10 +241,16 @@ double as_double(std::string_view text) {
       break;
     }
   }
-  if (simple) {
+  if (simple && digits <= (uint64_t{1} << 53)) {
     double v = static_cast<double>(digits);
     if (fraction > 0) v /= kPowersOf10[fraction];
     return text[0] == '-' ? -v : v;
+  }
+  char small[64];
+  if (text.size() < sizeof(small)) {
+    std::memcpy(small, text.data(), text.size());
+    small[text.size()] = '\0';
+    return std::strtod(small, nullptr);
   }
   std::string buf(text);
   return std::strtod(buf.c_str(), nullptr);
