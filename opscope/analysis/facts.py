@@ -104,7 +104,8 @@ def _forward_links(session: ProfileSession) -> np.ndarray:
     t = session.table
     out = np.full(len(t), -1, dtype=np.int64)
     bwd = np.flatnonzero((t.scope == SCOPE_BACKWARD_FUNCTION) & (t.seq_nr >= 0))
-    out[bwd] = forward_ops(t, bwd, forward_candidates(t))
+    if len(bwd):  # (no backward: no pass over the forward ops)
+        out[bwd] = forward_ops(t, bwd, forward_candidates(t))
     return out
 
 

@@ -131,9 +131,11 @@ def _write_events(session: ProfileSession, base_ns: int, out: _ChunkWriter) -> N
     out.line(meta % ("process_labels", start_us, pid, 0, "labels", '"CPU"'))
     out.line(meta % ("process_sort_index", start_us, pid, 0, "sort_index", pid))
     if len(table):
-        uniq, first_row = np.unique(table.os_tid, return_index=True)
+        tids = table.os_tid  # each thread's first row starts a run of its rows: no sort
+        runs = np.flatnonzero(np.concatenate(([True], tids[1:] != tids[:-1])))
+        uniq, first_run = np.unique(tids[runs], return_index=True)
         names = session.thread_names  # Python's own names ("MainThread") where known
-        for tid in uniq[np.argsort(first_row)].tolist():
+        for tid in uniq[np.argsort(first_run)].tolist():
             out.line(meta % ("thread_name", start_us, pid, tid, "name",
                              json.dumps(names.get(tid) or f"thread {tid} (python)")))
             out.line(meta % ("thread_sort_index", start_us, pid, tid, "sort_index", tid))
