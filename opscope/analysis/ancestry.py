@@ -24,6 +24,8 @@ from typing import List
 
 import numpy as np
 
+from opscope.model.arrays import distinct
+
 
 def event_depth(parent: np.ndarray) -> np.ndarray:
     """Nesting depth of each event: 0 for a root, 1 for its children, ...
@@ -97,11 +99,11 @@ def has_marked_descendant(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
     """True for every event with a marked event somewhere below it."""
     n = len(parent)
     out = np.zeros(n, dtype=bool)
-    frontier = np.unique(parent[np.asarray(marked, dtype=bool)])
+    frontier = distinct(parent[np.asarray(marked, dtype=bool)])
     frontier = frontier[frontier >= 0]
     while len(frontier):
         frontier = frontier[~out[frontier]]
         out[frontier] = True
-        frontier = np.unique(parent[frontier])
+        frontier = distinct(parent[frontier])
         frontier = frontier[frontier >= 0]
     return out

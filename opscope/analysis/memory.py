@@ -21,6 +21,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.torch_names import MEMORY_EVENT
 from opscope.analysis.ancestry import subtree_sum
 from opscope.model.events import EventTable, sort_order
@@ -36,7 +37,7 @@ def attribute(table: EventTable, memory: np.ndarray) -> np.ndarray:
     if len(memory) == 0 or len(table) == 0:
         return owner
     sync = ~table.is_async & ((table.flags & FLAG_MEMORY) == 0)
-    for thread in np.unique(memory["thread_index"]).tolist():
+    for thread in distinct(memory["thread_index"]).tolist():
         rows = np.flatnonzero(sync & (table.thread_index == thread))
         mem = np.flatnonzero(memory["thread_index"] == thread)
         if len(rows) == 0:

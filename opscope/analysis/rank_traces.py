@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
 from opscope.analysis.rank_checks import (RankTraceError, RunMark, check_one_run,
                                           check_rank_number, check_times)
@@ -207,7 +208,7 @@ def _times(session: ProfileSession, names: List[str], calls: List[CollectiveCall
     if coll_ids:  # (10M rows: each membership test or copy below costs 30-50 ms)
         ops &= ~np.isin(table.name_id, coll_ids)
     if range_ids:
-        workers = np.unique(table.thread_index[np.isin(table.name_id, range_ids)])
+        workers = distinct(table.thread_index[np.isin(table.name_id, range_ids)])
         ops &= ~np.isin(table.thread_index, workers)
     compute = union(*_rows(table, ops))
     if c10d_ids:

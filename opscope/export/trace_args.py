@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.analysis.facts import module_ranges
 from opscope.analysis.modules import module_hierarchy
 from opscope.export.json_rows import StringTable
@@ -91,7 +92,7 @@ def _module_args(session: ProfileSession) -> List[str]:
             out[i] = rendered.get(text) or rendered.setdefault(
                 text, '"Module Hierarchy": %s, ' % json.dumps(text))
     ranges = np.flatnonzero(module_ranges(session))
-    for name_id in np.unique(session.table.name_id[ranges]).tolist():  # once per module
+    for name_id in distinct(session.table.name_id[ranges]).tolist():  # once per module
         text = "".join("%s: %s, " % (json.dumps(k), json.dumps(v)) for k, v in session.modules[
             session.table.symbols.names[name_id]].trace_args().items())
         for i in ranges[session.table.name_id[ranges] == name_id].tolist():

@@ -18,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.records import (FLAG_ASYNC, NO_INPUTS, NO_STACK, RawSession,
                                     RecordedInputs, decode_inputs)
 
@@ -70,7 +71,7 @@ def distinct_segments(blob: np.ndarray, offsets: np.ndarray
     if in_order:
         bounds = offsets[np.concatenate(([True], step > 0))]
     else:
-        bounds = np.unique(offsets)
+        bounds = distinct(offsets)
     seg_end = np.append(bounds[1:], len(blob))
     lengths = seg_end - bounds
     # segment of each offset (offsets all distinct and in order: the identity)
@@ -281,7 +282,7 @@ class EventTable:
             ids: Dict[bytes, int] = {}
             threads = self.thread_index[has]
             offsets = self.input_offset[has].astype(np.int64)
-            for t in np.unique(threads).tolist():
+            for t in distinct(threads).tolist():
                 mine = threads == t
                 blob = self.raw.inputs[t] if t < len(self.raw.inputs) else np.zeros(0, np.int64)
                 group, firsts, ends = distinct_segments(blob, offsets[mine])

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
 from opscope.report.compiled import compiled_view
 from opscope.report.flame import flame_tree
@@ -83,7 +84,7 @@ def _meta(session: ProfileSession, title: Optional[str]) -> Dict[str, Any]:
                 "%Y-%m-%d %H:%M:%S UTC")
         except (ValueError, OverflowError, OSError):  # a loaded trace's clock out of range
             started = ""
-    threads = int(len(np.unique(table.thread_index))) if len(table) else 0
+    threads = int(len(distinct(table.thread_index))) if len(table) else 0
     return {"title": title or session.trace_name or "profile", "events": len(table),
             "threads": threads, "window_us": window_ns / 1000.0, "collector": session.collector,
             "process_id": session.process_id, "options": dict(session.options),

@@ -28,6 +28,7 @@ from typing import Any, Dict
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
 from opscope.analysis.ancestry import event_depth
 
@@ -77,7 +78,7 @@ def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str
     used, name_index = np.unique(table.name_id[keep], return_inverse=True)
     os_tid = table.os_tid
     lanes = []
-    for t in np.unique(thread).tolist():
+    for t in distinct(thread).tolist():
         rows = np.flatnonzero(thread == t)
         rows = rows[np.lexsort((depth[rows], start[rows]))]
         s = start[rows]

@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.analysis.ancestry import event_depth
 from opscope.analysis.device import session_correlations
 from opscope.analysis.facts import event_modules, event_steps, step_ranges
@@ -232,8 +233,8 @@ def inputs_columns(session: ProfileSession) -> Dict[str, Any]:
     words: List[List[int]] = [[] for _ in decoded]
     has = sig >= 0
     offsets: Dict[int, np.ndarray] = {}  # per thread: its rows' input offsets, sorted
-    for thread in np.unique(t.thread_index[has]).tolist():
-        offsets[thread] = np.unique(t.input_offset[has & (t.thread_index == thread)])
+    for thread in distinct(t.thread_index[has]).tolist():
+        offsets[thread] = distinct(t.input_offset[has & (t.thread_index == thread)])
     rows = np.flatnonzero(has)  # (only those: a window without inputs sorts nothing)
     ids, first = np.unique(sig[rows], return_index=True)
     for k, row in zip(ids.tolist(), rows[first].tolist()):
