@@ -340,3 +340,36 @@ def test_sightings_find_their_blocks_as_the_rule_says():
         assert len(out) == len(blocks) + len(extra)
         assert list(zip(out.addr[len(blocks):].tolist(), out.nbytes[len(blocks):].tolist(),
                         out.t_free[len(blocks):].tolist())) == extra, trial
+
+
+@pytest.mark.parametrize("in_time_order", [True, False])
+def test_blocks_pair_the_same_whatever_the_sort(in_time_order):
+    """pair_blocks sorts by (device, address) alone when the records are in time order:
+    the same blocks as sorting by (device, address, time, record) on random records."""
+    from opscope.analysis.memory_timeline import pair_blocks
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    memory = np.zeros(n, MEMORY_DTYPE)
+    memory["time_ns"] = np.sort(rng.integers(0, 2000, n))  # ties included
+    if not in_time_order:
+        memory["time_ns"] = rng.permutation(memory["time_ns"])
+    memory["addr"] = rng.integers(0, 40, n) * 64
+    memory["bytes"] = rng.choice([-1, 1], n) * rng.integers(1, 100, n)
+    memory["device_type"] = rng.integers(0, 2, n)
+    got = pair_blocks(memory)
+    key = ((memory["device_type"].astype(np.int64) << 56)
+           | memory["addr"].astype(np.int64))
+    order = np.lexsort((np.arange(n), memory["time_ns"], key))
+    pairs, k = set(), 0
+    while k < n:  # an allocation and the free right after it, same device and address
+        r = order[k]
+        nxt = order[k + 1] if k + 1 < n else None
+        if memory["bytes"][r] > 0 and nxt is not None and key[nxt] == key[r] \
+                and memory["bytes"][nxt] < 0:
+            pairs.add((int(r), int(nxt)))
+        k += 1
+    mine = {(int(a), int(f)) for a, f in zip(got.alloc_record, got.free_record)
+            if a >= 0 and f >= 0}
+    assert mine == pairs and len(pairs) > 100
+    assert int((got.alloc_record >= 0).sum()) == int((memory["bytes"] > 0).sum())

