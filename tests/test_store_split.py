@@ -25,11 +25,11 @@ from test_store import read_back, tables, train  # noqa: E402
 
 @pytest.fixture(scope="module")
 def prof():
-    return train(record_shapes=True, with_stack=True, with_modules=True)
+    return train(record_shapes=True, with_stack=True, with_modules=True, profile_memory=True)
 
 
-def _events_files(store) -> list:
-    folder = store / "events" / "rank=0" / "window=0"
+def _events_files(store, table: str = "events") -> list:
+    folder = store / table / "rank=0" / "window=0"
     return sorted(p.name for p in folder.iterdir())
 
 
@@ -66,6 +66,17 @@ def test_split_events_read_back_as_one_file(stores, prof):
     assert tables(read_back(prof, two)) == tables(prof) == tables(read_back(prof, one))
     a, b = read_window(one), read_window(two)
     assert (a.records == b.records).all() and a.names == b.names
+
+
+def test_the_allocator_records_split_too_and_read_back_the_same(stores, prof, tmp_path):
+    """The memory table's columns are made on a thread while the events are written."""
+    one, two = stores
+    assert _events_files(two, "memory") == ["part-0.parquet", "part-1.parquet"]
+    a, b = read_window(one), read_window(two)
+    assert len(a.memory) > 40 and a.memory.tobytes() == b.memory.tobytes()
+    for name, store in (("one", one), ("two", two)):
+        read_back(prof, store).export_memory_timeline(str(tmp_path / f"{name}.raw.json"))
+    assert (tmp_path / "one.raw.json").read_bytes() == (tmp_path / "two.raw.json").read_bytes()
 
 
 def test_split_events_answer_sql_as_one_file(stores):
