@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.device import (DEVICE_KINDS, KIND_DRIVER, KIND_RUNTIME, USER_SPAN_DTYPE,
                                   DeviceEvents, api_name, device_event_names)
 from opscope.model.events import EventTable, SymbolTable
@@ -77,12 +78,12 @@ def match_threads(raw: RawSession, api: np.ndarray) -> Dict[int, int]:
             out[key] = index_of_tid[tid]
     rec = raw.records
     spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
-    for t in np.unique(rec["thread_index"]).tolist():
+    for t in distinct(rec["thread_index"]).tolist():
         mine = rec[rec["thread_index"] == t]
         order = np.argsort(mine["start_ns"], kind="stable")
         spans[t] = (mine["start_ns"][order], mine["end_ns"][order])
     taken = set(out.values())
-    for key in np.unique(api["thread"]).tolist():
+    for key in distinct(api["thread"]).tolist():
         if key in out:
             continue
         calls = api[api["thread"] == key]

@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.model.torch_names import (COMPILED_CALL_PREFIX, COMPILED_FRAME_PREFIX,
                                        compiled_graph_key)
 
@@ -247,7 +248,7 @@ def compiled_sites(names: Sequence[str], name_ids: Any = ()
     if not call_ids:
         return None
     ids = np.asarray(name_ids)
-    calls = [names[int(i)] for i in np.unique(ids[np.isin(ids, call_ids)])]
+    calls = [names[int(i)] for i in distinct(ids[np.isin(ids, call_ids)])]
     if not calls:
         return None
     try:

@@ -26,6 +26,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from opscope.model.arrays import distinct
 from opscope.export.units import micros_text as _us
 from opscope.model.device import CATEGORIES, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
 from opscope.model.records import FLAG_CUDA_DRIVER, FLAG_CUDA_RUNTIME, SCOPE_USER
@@ -51,12 +52,12 @@ def write_device_processes(session, start_us: str, line: Line) -> None:
         return
     rec = device.records
     meta = '{"ph": "M", "name": "%s", "ts": %s, "pid": %d, "tid": %d, "args": {"%s": %s}}'
-    for dev in np.unique(rec["device"]).tolist():
+    for dev in distinct(rec["device"]).tolist():
         line(meta % ("process_name", start_us, dev, 0, "name", '"python"'))
         line(meta % ("process_labels", start_us, dev, 0, "labels", json.dumps(f"GPU {dev}")))
         line(meta % ("process_sort_index", start_us, dev, 0, "sort_index", 5000000 + dev))
         mine = rec[rec["device"] == dev]
-        for stream in np.unique(mine["stream"]).tolist():
+        for stream in distinct(mine["stream"]).tolist():
             line(meta % ("thread_name", start_us, dev, stream, "name",
                          json.dumps(f"stream {stream}")))
             line(meta % ("thread_sort_index", start_us, dev, stream, "sort_index", stream))
