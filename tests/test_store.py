@@ -150,7 +150,7 @@ def test_files_are_partitioned_dictionary_encoded_and_compressed(tmp_path, nativ
     prof = train(record_shapes=True)
     prof.export_store(str(tmp_path / "s"))
     assert json.loads((tmp_path / "s" / MARKER).read_text()) == {"format": "opscope-store",
-                                                                 "version": 2}
+                                                                 "version": 3}
     for table in COLUMNS:
         sub = "rank=0" if table == "collectives" else "rank=0/window=0"
         path = tmp_path / "s" / table / sub / "part-0.parquet"

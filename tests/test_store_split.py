@@ -144,3 +144,21 @@ def test_a_window_written_again_in_one_file_leaves_no_second_part(stores, prof, 
         return [table.symbols.names[i] for i in table.name_id.tolist()]
 
     assert names(load_store_session(store).table) == names(prof._session.table)
+
+
+def test_version_2_stores_still_read_and_a_newer_version_is_refused(stores, tmp_path):
+    """A version 2 store (every partition one file) reads as before; version 3 is what an
+    older opscope, which would see only part-0, refuses with one line."""
+    import json
+
+    from opscope.store.schema import MARKER
+
+    store = tmp_path / "old"
+    shutil.copytree(stores[0], store)
+    marker = store / MARKER
+    assert json.loads(marker.read_text())["version"] == 3
+    marker.write_text('{"format": "opscope-store", "version": 2}')
+    assert len(read_window(store).records) == len(read_window(stores[0]).records)
+    marker.write_text('{"format": "opscope-store", "version": 4}')
+    with pytest.raises(StoreError, match="has version 4; this opscope reads versions 2 to 3"):
+        read_window(store)

@@ -22,8 +22,8 @@ import os
 import stat
 from typing import List, NamedTuple, Optional, Tuple
 
-from opscope.store.schema import (FORMAT, MARKER, MAX_PARTS, TABLES, VERSION, StoreError,
-                                  load_json, part_path, require_pyarrow)
+from opscope.store.schema import (FORMAT, MARKER, MAX_PARTS, READ_VERSIONS, TABLES, VERSION,
+                                  StoreError, load_json, part_path, require_pyarrow)
 
 LOCK_PREFIX = ".opscope-write-rank"  # + "<R>.lock": a rank's write lock (write.rank_lock)
 
@@ -74,9 +74,9 @@ def read_marker(path: str) -> dict:
         raise StoreError(f"{path!r} is not an opscope store ({MARKER}: {exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise StoreError(f"{path!r} is not an opscope store ({MARKER} names no {FORMAT!r})")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READ_VERSIONS:
         raise StoreError(f"store {path!r} has version {doc.get('version')!r}; this opscope "
-                         f"reads version {VERSION}")
+                         f"reads versions {READ_VERSIONS[0]} to {VERSION}")
     return doc
 
 

@@ -3,7 +3,7 @@
 This module is the one source of truth for the format; the writer, the
 reader, ``connect`` and every SQL query follow it. A store is a folder::
 
-    STORE/opscope-store.json                          {"format": "opscope-store", "version": 1}
+    STORE/opscope-store.json                          {"format": "opscope-store", "version": 3}
     STORE/<table>/rank=<R>/window=<W>/part-0.parquet  events, inputs, stacks, memory, device,
                                                       sessions
     STORE/collectives/rank=<R>/part-0.parquet         one rank's collectives, all its windows
@@ -41,7 +41,9 @@ from typing import Dict, Optional, Tuple
 
 MARKER = "opscope-store.json"
 FORMAT = "opscope-store"
-VERSION = 2  # 2: the collectives' facts (pg_desc, pg_ranks, in/out_nelems, dtype)
+VERSION = 3  # 2: the collectives' facts (pg_desc, pg_ranks, in/out_nelems, dtype);
+# 3: a partition may be several part files (a version 2 reader would see only part-0)
+READ_VERSIONS = (2, 3)  # the versions this opscope reads (2 is 3 with one file each)
 PART_FILE = "part-0.parquet"
 MAX_PARTS = 16  # part files a partition may hold; a reader stops at the first one missing
 INSTALL_HINT = "pip install 'opscope[store]'"
