@@ -126,3 +126,52 @@ def test_a_store_part_whose_writer_fails_leaves_no_file(tmp_path, monkeypatch):
         assert not any(name.endswith(".parquet") for name in os.listdir(
             tmp_path / "s.opscope" / "stacks" / "rank=0" / "window=2"))
     assert not _threads("opscope-parquet")
+
+
+@pytest.mark.parametrize("fills", ["in the rows", "in the footer"])
+def test_a_store_part_on_a_full_disk_leaves_no_traceback_behind(tmp_path, monkeypatch, fills):
+    """The full disk is the one error raised; the abandoned Parquet writer, collected
+    later, prints nothing (pyarrow's __del__ would close it again and fail)."""
+    import gc
+    import io
+    import sys
+
+    pytest.importorskip("pyarrow")
+    from opscope.store import part_write
+    from opscope.store.tables import arrow_table
+
+    class FullDisk(io.RawIOBase):
+        def __init__(self, real):
+            super().__init__()
+            self.real, self.left = real, room
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            n = memoryview(data).nbytes
+            if n > self.left:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.left -= n
+            return self.real.write(data)
+
+        def close(self):
+            self.real.close()
+            super().close()
+
+    stacks = arrow_table("stacks", {"stack_id": list(range(50_000)),
+                                    "frames": [[f"f.py({k}): g"] for k in range(50_000)]})
+    (tmp_path / "whole").mkdir()
+    part_write.write_files(str(tmp_path / "whole"), "stacks", 0, 0, [stacks], [])
+    size = os.path.getsize(tmp_path / "whole" / "stacks" / "rank=0" / "window=0" /
+                           "part-0.parquet")
+    room = 4096 if fills == "in the rows" else size - 16  # the footer's last bytes
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(OSError, match="No space left"):
+        part_write.write_files(str(tmp_path), "stacks", 0, 0, [stacks], [])
+    gc.collect()
+    assert unraisable == []
+    assert os.listdir(tmp_path / "stacks" / "rank=0" / "window=0") == []  # no temp left

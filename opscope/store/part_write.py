@@ -73,9 +73,14 @@ def parquet_part(store: str, table: str, path: str,
     fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            with pq.ParquetWriter(f, arrow_schema(table), metadata_collector=collected,
-                                  **parquet_options(table)) as writer:
+            writer = pq.ParquetWriter(f, arrow_schema(table), metadata_collector=collected,
+                                      **parquet_options(table))
+            try:
                 yield writer
+                writer.close()  # the footer: the disk may fill here too
+            except BaseException:
+                _abandon(writer)
+                raise
         os.replace(tmp, path)
         if written is not None:
             written += [footer_of(meta) for meta in collected]
@@ -83,6 +88,17 @@ def parquet_part(store: str, table: str, path: str,
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _abandon(writer: Any) -> None:
+    """Close a ParquetWriter whose file is being removed (its error, a full disk, is the
+    one already raised), and mark it closed: else its ``__del__`` closes it again and
+    prints a traceback ("file metadata is only available after writer close")."""
+    try:
+        writer.close()
+    except Exception:  # the write failed already; that error is the one raised
+        pass
+    writer.is_open = False
 
 
 def write_files(store: str, table: str, rank: int, window: Optional[int], files: List[Any],
