@@ -103,6 +103,16 @@ class Footer(NamedTuple):
     bytes: int
 
 
+def footer_sum(footers) -> Footer:
+    """The Footer of several files together: their rows and their bytes summed.
+
+    >>> footer_sum([Footer(3, 100), Footer(2, 50)])
+    Footer(rows=5, bytes=150)
+    """
+    footers = list(footers)
+    return Footer(sum(f.rows for f in footers), sum(f.bytes for f in footers))
+
+
 def footer_of(meta) -> Footer:
     """The Footer of a pyarrow ``FileMetaData``: its rows and its row groups' bytes."""
     groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
@@ -175,7 +185,7 @@ def partition_files(store: str, table: str, rank: int, window: Optional[int] = N
 def partition_of(store: str, found: List[Tuple[str, Footer]], limit: int) -> Partition:
     """The Partition of files ``found`` ((path, footer) each, in order): together they
     may hold at most ``limit`` rows, as one file may (StoreError naming the folder)."""
-    footer = Footer(sum(f.rows for _, f in found), sum(f.bytes for _, f in found))
+    footer = footer_sum(f for _, f in found)
     files = [path for path, _ in found]
     name = files[0] if len(files) == 1 else os.path.dirname(files[0]) + os.sep
     if len(files) > 1:

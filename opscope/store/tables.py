@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import numpy as np
 
@@ -157,8 +157,11 @@ def events_files(session: ProfileSession, shift_ns: int,
     tables have ``EVENTS_BATCH`` rows (one, empty, for no events), each made when the one
     before has been taken."""
     facts = _event_facts(session)
-    return [_events_batches(session, shift_ns, stack_id, facts, lo, hi)
-            for lo, hi in _file_spans(len(session.table))]
+
+    def columns(start: int, end: int) -> Dict[str, Any]:
+        return events_columns(session, shift_ns, stack_id, facts, start, end)
+
+    return [_batches("events", columns, lo, hi) for lo, hi in _file_spans(len(session.table))]
 
 
 def _file_spans(n: int) -> List[tuple]:
@@ -174,20 +177,20 @@ def row_files(table: str, columns: Dict[str, Any]) -> List[Iterator[Any]]:
     tables of ``table``'s files, as ``events_files`` cuts them (the allocator records of a
     long ``profile_memory`` window are millions)."""
     n = len(next(iter(columns.values()))) if columns else 0
-    return [_row_batches(table, columns, lo, hi) for lo, hi in _file_spans(n)]
+    return [_batches(table, _slicer(columns), lo, hi) for lo, hi in _file_spans(n)]
 
 
-def _row_batches(table: str, columns: Dict[str, Any], lo: int, hi: int) -> Iterator[Any]:
+def _slicer(columns: Dict[str, Any]) -> Callable[[int, int], Dict[str, Any]]:
+    """The rows ``start`` to ``end`` of ``columns``, as a function of the two."""
+    return lambda start, end: {name: values[start:end] for name, values in columns.items()}
+
+
+def _batches(table: str, columns: Callable[[int, int], Dict[str, Any]], lo: int,
+             hi: int) -> Iterator[Any]:
+    """``table``'s rows ``lo`` to ``hi`` as pyarrow tables of ``EVENTS_BATCH`` rows (one,
+    empty, for none), each made from ``columns(start, end)`` when the one before is taken."""
     for start in range(lo, max(hi, lo + 1), EVENTS_BATCH):
-        end = min(hi, start + EVENTS_BATCH)
-        yield arrow_table(table, {name: values[start:end] for name, values in columns.items()})
-
-
-def _events_batches(session: ProfileSession, shift_ns: int, stack_id: np.ndarray,
-                    facts: Dict[str, Any], lo: int, hi: int) -> Iterator[Any]:
-    for start in range(lo, max(hi, lo + 1), EVENTS_BATCH):
-        yield arrow_table("events", events_columns(session, shift_ns, stack_id, facts,
-                                                   start, min(hi, start + EVENTS_BATCH)))
+        yield arrow_table(table, columns(start, min(hi, start + EVENTS_BATCH)))
 
 
 def _event_facts(session: ProfileSession) -> Dict[str, Any]:
@@ -380,7 +383,7 @@ def _memory_files(session: ProfileSession, shift_ns: int) -> List[Iterator[Any]]
 
     def batches(lo: int, hi: int) -> Iterator[Any]:
         work.finish()
-        yield from _row_batches("memory", made[0], lo, hi)
+        yield from _batches("memory", _slicer(made[0]), lo, hi)
 
     return [batches(lo, hi) for lo, hi in _file_spans(n)]
 

@@ -43,7 +43,8 @@ from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
-from opscope.store.folder import LOCK_PREFIX, Footer, check_store_folder, partition_values
+from opscope.store.folder import (LOCK_PREFIX, Footer, check_store_folder, footer_sum,
+                                  partition_values)
 from opscope.store.part_write import parquet_part, write_files
 from opscope.store.read import sessions_of_rank, stored_calls
 from opscope.model.collective_facts import ranks_text
@@ -168,8 +169,7 @@ class StoreWriter:
         for the window's sessions row (``_footers``)."""
         written: List[Footer] = []
         write_files(self.path, table, rank, window, files, written)
-        self._footers[(table, rank, window)] = Footer(sum(f.rows for f in written),
-                                                      sum(f.bytes for f in written))
+        self._footers[(table, rank, window)] = footer_sum(written)
 
     def write_window(self, session: ProfileSession, *, rank: Optional[int] = None,
                      window: Optional[int] = None, window_name: Optional[str] = None,
