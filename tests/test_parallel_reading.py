@@ -8,14 +8,19 @@ error in the caller; ``load_ranks(jobs=N)`` and ``write_merged_trace(jobs=N)`` g
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import threading
 
 import pytest
 
 from opscope.analysis.rank_traces import load_ranks, trace_paths
 from opscope.export.merged_trace import write_merged_trace
-from opscope.load.parallel import map_in_processes
+from opscope.load.parallel import WorkerDied, map_in_processes
 
 RANKS = 5
+HANG_S = 120  # a worker's death is known at once; this only ends a hang
 
 
 def _fail_on_three(x: int) -> int:
@@ -77,3 +82,37 @@ def test_merge_in_processes_writes_the_same_bytes(rank_folder, tmp_path):
     assert one == two
     merged = json.loads(two)
     assert {e["pid"] for e in merged["traceEvents"]} == set(range(RANKS))
+
+
+def _die_on_two(x: int) -> int:
+    if x == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+    return x
+
+
+def test_a_worker_killed_mid_item_is_an_error_not_a_wait_without_end():
+    # multiprocessing.Pool waited forever for the dead worker's item; now it is WorkerDied.
+    # Run in a thread so that a hang fails here (the join's timeout) instead of stalling
+    # the suite.
+    errors = []
+
+    def read():
+        try:
+            list(map_in_processes(_die_on_two, list(range(6)), jobs=2))
+        except Exception as error:  # noqa: BLE001 - checked below
+            errors.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=HANG_S)
+    assert not reader.is_alive(), "map_in_processes waits for a dead worker"
+    assert len(errors) == 1 and isinstance(errors[0], WorkerDied), errors
+    assert "--jobs 1" in str(errors[0])
+    assert multiprocessing.active_children() == []  # no worker left behind
+
+
+def test_a_caller_that_stops_early_leaves_no_worker():
+    results = map_in_processes(abs, list(range(-9, 0)), jobs=2)
+    assert next(results) == 9
+    results.close()
+    assert multiprocessing.active_children() == []

@@ -45,13 +45,14 @@ def main(args: argparse.Namespace) -> int:
     from opscope.analysis.rank_traces import RankTraceError, trace_paths
     from opscope.export.merged_trace import default_output, write_merged_trace
     from opscope.load import TraceLoadError
+    from opscope.load.parallel import WorkerDied
 
     output = args.output or default_output(args.folder)
     try:
         paths = trace_paths(args.folder)
         with progress(f"writing {terminal_safe(output)}"):
             ranks = write_merged_trace(paths, output, max_bytes=args.max_trace_size)
-    except (RankTraceError, TraceLoadError) as exc:
+    except (RankTraceError, TraceLoadError, WorkerDied) as exc:
         raise UsageError(str(exc)) from None
     except (OSError, TypeError, ValueError) as exc:
         raise UsageError(f"argument -o/--output: {exc}") from None

@@ -7,8 +7,10 @@ call ``fn`` on an item and send the result back; the caller gets the
 results in the items' order, as ``map`` would give them. At most ``2 x jobs``
 items are in flight, so memory holds a few results, never all of them. An
 exception in a worker is raised in the caller, the first in order, with its
-type and message. ``jobs`` 1, one item, or a platform without ``fork`` runs
-``fn`` here, in this process.
+type and message; a worker that dies (killed, out of memory) raises
+``WorkerDied``, a ValueError naming ``--jobs 1``, never a wait without end.
+Either way the workers are gone before the error leaves. ``jobs`` 1, one
+item, or a platform without ``fork`` runs ``fn`` here, in this process.
 
 Example::
 
@@ -24,6 +26,8 @@ import multiprocessing
 import os
 import pickle
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from itertools import islice
 from typing import Callable, Iterator, Sequence, TypeVar
 
@@ -31,6 +35,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_DEFAULT_JOBS = 8  # past this, the disk rather than the cores bounds reading
+
+
+class WorkerDied(ValueError):
+    """A reading process ended without an answer (killed, or out of memory)."""
 
 
 def default_jobs() -> int:
@@ -47,23 +55,27 @@ def map_in_processes(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Ite
     if jobs <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         yield from map(fn, items)
         return
-    context = multiprocessing.get_context("fork")
     rest = iter(items)
-    with context.Pool(min(jobs, len(items))) as pool:
-        pending = deque(pool.apply_async(_call, (fn, item)) for item in islice(rest, 2 * jobs))
+    pool = ProcessPoolExecutor(min(jobs, len(items)), multiprocessing.get_context("fork"))
+    try:
+        pending = deque(pool.submit(_call, fn, item) for item in islice(rest, 2 * jobs))
         while pending:
-            failed, result = pending.popleft().get()
+            try:
+                failed, result = pending.popleft().result()
+            except BrokenProcessPool:
+                raise WorkerDied("a process reading in parallel died (killed, or out of "
+                                 "memory); --jobs 1 reads in this process") from None
             if failed:
                 raise result
-            for item in islice(rest, 1):
-                pending.append(pool.apply_async(_call, (fn, item)))
+            pending.extend(pool.submit(_call, fn, item) for item in islice(rest, 1))
             yield result
+    finally:  # an error, or a caller that stopped early: no work left behind
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _call(fn: Callable[[T], R], item: T):
     """In a worker: ``(False, fn(item))``, or ``(True, the exception)``. An exception
-    that would not survive pickling (the pool's result thread would die on it, and the
-    caller wait forever) comes back as one of its base class with the same message.
+    that would not survive pickling (the pool would break on it) comes back as one of its base class with the same message.
 
     >>> _call(abs, -1)
     (False, 1)
