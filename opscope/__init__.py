@@ -39,7 +39,7 @@ _API = {
     "ProfilerActivityConfig": "opscope.configs",
     "report_handler": "opscope.handlers", "store_handler": "opscope.handlers",
     "tensorboard_trace_handler": "opscope.handlers",
-    "profile": "opscope.profiler",
+    "profile": "opscope.profiler", "blackbox": "opscope.black_box.box",
     "disable_on_demand": "opscope.on_demand", "enable_on_demand": "opscope.on_demand",
     "track_optimizer_steps": "opscope.step_tracker",
     "ExecutionTraceObserver": "opscope.execution_trace",
@@ -48,6 +48,7 @@ _API = {
 
 __all__ = [
     "profile",
+    "blackbox",
     "schedule",
     "supported_activities",
     "tensorboard_trace_handler",

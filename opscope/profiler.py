@@ -26,6 +26,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activity_configs
+from opscope.black_box.box import lend_to_profile, shared_with_black_box
 from opscope.analysis.build import build_session
 from opscope.arguments import check_bool, check_callable, check_name
 from opscope.collect.collector import Collector
@@ -323,6 +324,7 @@ class profile(ProfileResults):
                            metadata=self._metadata, wire=set_recording_collector,
                            take_marks=take_marks,
                            device=ProfilerActivity.CUDA in self.activities)
+        lend_to_profile()  # a running black box stands by; this window's records join its ring
         try:
             window.start()
         except BaseException:
@@ -346,7 +348,7 @@ class profile(ProfileResults):
         complete_distributed_info(window.metadata, final=True)
         options = {name: getattr(self, name) for name in OPTION_NAMES}
         # no name holds the RawSession here, so build_session can free its records early
-        session = build_session(window.stop(), options=options)
+        session = build_session(shared_with_black_box(window.stop()), options=options)
         if self.acc_events and self._session is not None:
             self._earlier_sessions.append(self._session)
         self._session = session

@@ -131,6 +131,11 @@ class NativeCollector:
         """Bytes of record chunks the observer still holds (call while not recording)."""
         return int(self._ext.held_record_bytes())
 
+    def taken_bytes(self) -> int:
+        """Bytes of record and input regions taken since the module loaded (while
+        recording too): what a window holds is its growth since the window started."""
+        return int(self._ext.regions_taken()) * int(self._ext.region_bytes)
+
     # User ranges as real at::RecordFunction scopes, seen by every observer.
     def range_push(self, name: str, user_scope: bool = True) -> int:
         # A NUL or a lone surrogate could not be recorded exactly: refused
