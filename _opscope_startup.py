@@ -1,5 +1,8 @@
 """The start-up hook: `OPSCOPE_ON_DEMAND=1 python train.py` for a script that never imports opscope.
 
+``OPSCOPE_BLACKBOX=1`` goes the same way: the import of opscope that follows
+torch's starts the black box (``opscope.black_box.environment``).
+
 Installing opscope puts ``opscope-on-demand.pth`` in site-packages; Python runs its
 one line (:data:`PTH_LINE`) at every start-up. With ``OPSCOPE_ON_DEMAND`` unset,
 empty or 0 that line costs one environment lookup and imports nothing. Set to 1,
@@ -46,6 +49,7 @@ if TYPE_CHECKING:  # for annotations only: start-up does not pay for importing t
     from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 ENABLE_ENV = "OPSCOPE_ON_DEMAND"
+BLACKBOX_ENV = "OPSCOPE_BLACKBOX"
 ON = ("1", "true", "yes", "on")
 OFF = ("", "0", "false", "no", "off")
 PTH_NAME = "opscope-on-demand.pth"
@@ -61,8 +65,9 @@ _PTH_CODE = (
     "  sys.stderr.write('opscope: warning: OPSCOPE_ON_DEMAND: '\n"
     "                   'the start-up hook failed: %r\\n' % e)\n"
 )
-PTH_LINE = ('import os; os.environ.get("OPSCOPE_ON_DEMAND", "").strip().lower() in '
-            '("", "0", "false", "no", "off") or exec(' + repr(_PTH_CODE) + ')')
+PTH_LINE = ('import os; all(os.environ.get(k, "").strip().lower() in '
+            '("", "0", "false", "no", "off") for k in ("OPSCOPE_ON_DEMAND", "OPSCOPE_BLACKBOX")) '
+            'or exec(' + repr(_PTH_CODE) + ')')
 # the package beside this module (site-packages, or the checkout an editable install points to)
 OWN_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opscope")
 LAUNCHER_SCRIPTS = ("torchrun",)
@@ -86,7 +91,8 @@ _answer: Optional[bool] = None
 
 def _install() -> bool:
     value = os.environ.get(ENABLE_ENV, "").strip().lower()
-    if value not in ON:
+    black_box = os.environ.get(BLACKBOX_ENV, "").strip().lower()
+    if value not in ON and black_box not in ON:
         if value not in OFF:
             _warn(f"the value {value!r} is not understood; expected 1 or 0")
         return False

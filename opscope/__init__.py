@@ -143,6 +143,7 @@ def _make_load_callable() -> None:
 
 
 _make_load_callable()
+from opscope.black_box.environment import black_box_requested  # noqa: E402
 from opscope.on_demand import enable_from_environment, on_demand_requested  # noqa: E402
 from opscope.torch_import import after_torch_import  # noqa: E402
 
@@ -152,3 +153,8 @@ if on_demand_requested():  # OPSCOPE_ON_DEMAND=1: this process answers `opscope 
 else:
     after_torch_import(_with_torch)
 _install_inductor_notes()
+if black_box_requested():  # OPSCOPE_BLACKBOX=1: the black box runs from the import on
+    _with_torch()
+    from opscope.black_box.environment import start_from_environment
+
+    start_from_environment()

@@ -35,10 +35,10 @@ import os
 import threading
 import time
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from opscope.arguments import check_bool, check_path
-from opscope.black_box.dump import REASONS, dump_path, write_dump
+from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
 from opscope.collect.recording import Recording
@@ -87,6 +87,8 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._hooks = Hooks(self._final_dump)
         self._listener: Optional[int] = None
         self.dumps: list = []  # paths written (or being written), in order
+        self.script: Optional[str] = None  # the name dumps take (None: sys.argv[0])
+        self.yields = False  # True: a black box the script starts itself replaces this one
 
     # -- start and stop -----------------------------------------------------------------
     def __enter__(self) -> "blackbox":
@@ -110,10 +112,15 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                           RuntimeWarning, stacklevel=2)
             return
         with _active_lock:
-            if _active is not None and _active._running:
+            running = _active if _active is not None and _active._running else None
+        if running is not None and running is not self:
+            if not running.yields:
                 raise RuntimeError("opscope.blackbox: another black box runs in this process")
+            running.stop()  # opscope run's or OPSCOPE_BLACKBOX's: the script's own wins
+        with _active_lock:
             _active = self
         self._collector, self._running, self._owner = collector, True, os.getpid()
+        self.script = self.script or script_name()  # the script's, as it is now
         self._stop_event.clear()
         with self._lock:
             self._paused = collector.is_recording()  # a profile runs: join at its stop
@@ -234,19 +241,25 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
 
     # -- dumps --------------------------------------------------------------------------
     def dump(self, reason: str = "manual", *, wait: bool = False,
-             facts: Optional[Dict[str, Any]] = None) -> Optional[str]:
+             facts: Optional[Dict[str, Any]] = None,
+             on_done: Optional[Callable[[Optional[str], str], None]] = None) -> Optional[str]:
         """Write the ring now; returns the file's path (written by a background thread
         unless ``wait``), or None when skipped (not running, or a dump less than a
-        second ago)."""
+        second ago). ``on_done(path, problem)`` is called once it is written (path), or
+        failed or skipped (None, why)."""
         if reason not in REASONS:
             raise ValueError(f"blackbox.dump: reason must be one of {', '.join(REASONS)}, "
                              f"got {reason!r}")
+        done = on_done or _nothing
         if not self._running or os.getpid() != self._owner:
+            done(None, "the black box is not running")
             return None
         now = time.monotonic()
         if now - self._last_dump < MIN_DUMP_GAP_S and not wait:
-            warnings.warn(f"opscope: black box dump ({reason}) skipped: one was written less "
-                          f"than {MIN_DUMP_GAP_S:g} s ago", RuntimeWarning, stacklevel=2)
+            why = f"skipped: a dump was written less than {MIN_DUMP_GAP_S:g} s ago"
+            warnings.warn(f"opscope: black box dump ({reason}) {why}", RuntimeWarning,
+                          stacklevel=2)
+            done(None, why)
             return None
         self._last_dump = now
         with self._lock:
@@ -255,29 +268,33 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             windows = self._ring.windows()
             if not self._paused and self._running:
                 self._open_window()
-        path = dump_path(self.dir, reason)
+        path = dump_path(self.dir, reason, script=self.script)
         info = dict(facts or {}, reason=reason, dump_ns=time.monotonic_ns(),
                     seconds=self.seconds, max_mb=self.max_mb)
         self.dumps.append(path)
         if wait:
-            return self._write(windows, path, info)
-        writer = threading.Thread(target=self._write, args=(windows, path, info),
+            return self._write(windows, path, info, done)
+        writer = threading.Thread(target=self._write, args=(windows, path, info, done),
                                   name="opscope-blackbox-dump")
         self._writers.append(writer)
         writer.start()
         return path
 
-    def _write(self, windows, path: str, info: Dict[str, Any]) -> Optional[str]:
+    def _write(self, windows, path: str, info: Dict[str, Any],
+               done: Callable[[Optional[str], str], None]) -> Optional[str]:
         try:
-            return write_dump(windows, path, info, self.options, self.seconds)
+            written = write_dump(windows, path, info, self.options, self.seconds)
         except Exception as exc:  # noqa: BLE001 - a dump never harms the job: one line
             text = " ".join(str(exc).split())[:300]
             warnings.warn(f"opscope: black box dump not written ({info['reason']}): "
                           f"{path}: {text}", RuntimeWarning, stacklevel=2)
+            done(None, f"not written: {text}")
             return None
         finally:
             me = threading.current_thread()
             self._writers = [w for w in self._writers if w is not me]
+        done(written, "")
+        return written
 
     def _final_dump(self, reason: str, facts: Dict[str, Any]) -> None:
         """An exception or a signal: write at once, on this thread, and wait."""
@@ -291,6 +308,10 @@ def active() -> Optional[blackbox]:
     """The black box running in this process, or None."""
     box = _active
     return box if box is not None and box.running and box._owner == os.getpid() else None
+
+
+def _nothing(_path: Optional[str], _why: str) -> None:
+    """The default ``on_done``."""
 
 
 def lend_to_profile() -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Optional
 
 
 import opscope
+from opscope.cli.black_box_run import add_black_box_options, run_with_black_box
 from opscope.cli.errors import UsageError
 from opscope.cli.hang_option import StepGuard, add_hang_option, start_hang_watch
 from opscope.cli.options import (SCHEDULE_FORM, add_output_dir, add_table_options,
@@ -83,6 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run SCRIPT on N ranks on this host through torchrun "
              "(python -m torch.distributed.run --standalone), each rank profiled")
     add_hang_option(parser)
+    add_black_box_options(parser)
     # optional for argparse only, so a missing SCRIPT gets our message, not "SCRIPT, ARGS"
     parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
@@ -125,6 +127,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"opscope: launching {args.nproc_per_node} ranks through torchrun",
               file=sys.stderr)
         return launch(launch_command(args))
+    if args.black_box:
+        return run_with_black_box(args, prepare_output_dir(args.output_dir))
     return profile_script(args)
 
 

@@ -87,6 +87,8 @@ def run_options(args: argparse.Namespace) -> List[str]:
         words.append("--report")
     if getattr(args, "hang_after", None) is not None:
         words += ["--hang-after", repr(args.hang_after)]
+    if getattr(args, "black_box", False):
+        words += ["--black-box", "--black-box-seconds", repr(args.black_box_seconds)]
     return words
 
 

@@ -46,7 +46,11 @@ every rank records the same N future steps and writes
 OPSCOPE_ON_DEMAND_OUTPUT set at launch, else the -o of 'opscope run', else
 ./opscope-out where the rank runs; never DIR, for the request travels through
 the job's store, which others may reach); this command prints every rank's
-trace found there, and notes the others."""
+trace found there, and notes the others.
+
+With --black-box, the process's black box (OPSCOPE_BLACKBOX=1, 'opscope run
+--black-box', or opscope.blackbox()) writes its ring at once, without waiting
+for steps, into its own folder; this command prints the file's path."""
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 300.0
 POLL_S = 0.05
@@ -80,6 +84,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"give up waiting for the trace after this long (default: "
                              f"{DEFAULT_TIMEOUT_S:g}); 0 sends the request and returns at once")
     parser.add_argument("--gzip", action="store_true", help="write the trace gzip-compressed")
+    parser.add_argument("--black-box", action="store_true",
+                        help="write the process's black box ring now (its last seconds) "
+                             "instead of profiling steps")
     add_profile_flags(parser)
     parser.set_defaults(handler=main)
 
@@ -114,12 +121,14 @@ def main(args: argparse.Namespace) -> int:
     from opscope.on_demand import control
 
     targets = [(pid, _check_target(pid)) for pid in dict.fromkeys(args.pids)]
-    folder = prepare_output_dir(args.output_dir)
+    folder = "." if args.black_box else prepare_output_dir(args.output_dir)
     sent: List[Tuple[int, str]] = []
     shared_id = None  # ranks of one job named together share the request: it is posted once
     for pid, signal_number in targets:
         request = control.new_request(args.steps, folder, options=profile_kwargs(args),
                                       gzip=args.gzip)
+        if args.black_box:
+            request["black_box"] = True  # the ring, now: no steps, no -o
         request["id"] = shared_id = shared_id or request["id"]
         try:
             control.write_request(pid, request)

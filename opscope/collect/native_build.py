@@ -337,7 +337,8 @@ def _worker_env(extra: Optional[dict] = None) -> dict:
     if extra:
         env["OPSCOPE_BUILD_EXTRA"] = json.dumps({k: extra[k] for k in ("include_dirs", "cflags",
                                                                       "plain") if k in extra})
-    env.pop("OPSCOPE_ON_DEMAND", None)  # the start-up hook would start one in the build
+    for name in ("OPSCOPE_ON_DEMAND", "OPSCOPE_BLACKBOX"):
+        env.pop(name, None)  # the start-up hook would start one in the build
     missing = []
     compiler = missing_compiler(env)
     if compiler:

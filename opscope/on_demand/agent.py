@@ -119,6 +119,9 @@ class OnDemandAgent:
             return
         for request in requests:
             request = {k: v for k, v in request.items() if k not in _JOB_FIELDS}
+            if request.get("black_box"):
+                self._dump_black_box(request)
+                continue
             self.warm_up()
             job = self.job_requests()
             if not _valid_request(request):
@@ -128,6 +131,26 @@ class OnDemandAgent:
                 job.post(request)
             else:
                 self.arm(request)
+
+    def _dump_black_box(self, request: Dict[str, Any]) -> None:
+        """``opscope trigger --black-box``: the running black box writes its ring now, and
+        the answer is its file (or why there is none)."""
+        from opscope.black_box.box import active
+
+        box = active()
+        if box is None:
+            self._answer(request, status="error", message=(
+                "no black box runs in this process (start it with OPSCOPE_BLACKBOX=1, "
+                "'opscope run --black-box', or opscope.blackbox())"))
+            return
+
+        def answer(path: Optional[str], why: str) -> None:
+            if path is None:
+                self._answer(request, status="error", message=f"black box dump {why}")
+            else:
+                self._answer(request, status="ok", trace=path)
+
+        box.dump("trigger", on_done=answer)
 
     def arm(self, request: Dict[str, Any]) -> None:
         """Record from the next optimizer step on (unless busy: then answer so)."""
