@@ -39,9 +39,11 @@ from typing import Any, Callable, Dict, Optional
 
 from opscope.arguments import check_bool, check_path
 from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
+from opscope.black_box.job import JobDumps, post_dump
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
 from opscope.collect.recording import Recording
+from opscope.profiler_setup import complete_distributed_info, torchrun_env_info
 from opscope.record_function import set_recording_collector
 from opscope.step_tracker import StepTracker, track_optimizer_steps
 
@@ -86,6 +88,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._watch = StepWatch(self.slow_step)
         self._hooks = Hooks(self._final_dump)
         self._listener: Optional[int] = None
+        self._job: Optional[JobDumps] = None
         self.dumps: list = []  # paths written (or being written), in order
         self.script: Optional[str] = None  # the name dumps take (None: sys.argv[0])
         self.yields = False  # True: a black box the script starts itself replaces this one
@@ -120,7 +123,10 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         with _active_lock:
             _active = self
         self._collector, self._running, self._owner = collector, True, os.getpid()
-        self.script = self.script or script_name()  # the script's, as it is now
+        self.script = script_name(self.script)  # the script's, as it is now
+        rank = torchrun_env_info()
+        if rank is not None and ".rank" not in self.script:
+            self.script += f".rank{rank['rank']}"  # one folder holds every rank's dumps
         self._stop_event.clear()
         with self._lock:
             self._paused = collector.is_recording()  # a profile runs: join at its stop
@@ -130,6 +136,8 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._hooks.install()
         track_optimizer_steps()
         self._listener = StepTracker.add_listener(self._on_step)
+        self._job = JobDumps(self._dump_for_job)
+        self._job.start()
         self._monitor = threading.Thread(target=self._watch_loop, name="opscope-blackbox",
                                          daemon=True)
         self._monitor.start()
@@ -142,6 +150,8 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._running = False
         self._stop_event.set()
         self._hooks.uninstall()
+        if self._job is not None:
+            self._job.stop()
         if self._listener is not None:
             StepTracker.remove_listener(self._listener)
             self._listener = None
@@ -255,13 +265,17 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             done(None, "the black box is not running")
             return None
         now = time.monotonic()
+        from_job = "origin_rank" in (facts or {})
         if now - self._last_dump < MIN_DUMP_GAP_S and not wait:
             why = f"skipped: a dump was written less than {MIN_DUMP_GAP_S:g} s ago"
-            warnings.warn(f"opscope: black box dump ({reason}) {why}", RuntimeWarning,
-                          stacklevel=2)
+            if not from_job:  # another rank's post of the same moment: nothing to say
+                warnings.warn(f"opscope: black box dump ({reason}) {why}", RuntimeWarning,
+                              stacklevel=2)
             done(None, why)
             return None
         self._last_dump = now
+        if not from_job:
+            self._tell_other_ranks(reason)
         with self._lock:
             if not self._paused:
                 self._close_window()
@@ -271,6 +285,8 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         path = dump_path(self.dir, reason, script=self.script)
         info = dict(facts or {}, reason=reason, dump_ns=time.monotonic_ns(),
                     seconds=self.seconds, max_mb=self.max_mb)
+        info["metadata"] = {}
+        complete_distributed_info(info["metadata"], final=True)  # the rank, for `ranks`
         self.dumps.append(path)
         if wait:
             return self._write(windows, path, info, done)
@@ -295,6 +311,17 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             self._writers = [w for w in self._writers if w is not me]
         done(written, "")
         return written
+
+    def _tell_other_ranks(self, reason: str) -> None:
+        """On a multi-rank job, every other rank dumps the same moment (``black_box.job``)."""
+        try:
+            post_dump(reason)
+        except Exception as exc:  # noqa: BLE001 - this rank's dump goes on
+            warnings.warn(f"opscope: the other ranks were not asked to dump: "
+                          f"{' '.join(str(exc).split())[:200]}", RuntimeWarning, stacklevel=3)
+
+    def _dump_for_job(self, reason: str, facts: Dict[str, Any]) -> None:
+        self.dump(reason, facts=facts)
 
     def _final_dump(self, reason: str, facts: Dict[str, Any]) -> None:
         """An exception or a signal: write at once, on this thread, and wait."""

@@ -63,8 +63,11 @@ def write_dump(windows: List[RawSession], path: str, facts: Dict[str, Any],
     """Write ``windows`` (the ring, oldest first) as one trace at ``path``; returns it.
 
     ``facts`` has the ``reason`` and what the trigger knew; ``dump_ns`` (the
-    monotonic clock of the dump) bounds the trace to ``seconds`` before it.
+    monotonic clock of the dump) bounds the trace to ``seconds`` before it;
+    ``metadata`` in it (str -> JSON text) goes into the trace's metadata.
     """
+    facts = dict(facts)
+    extra_metadata = facts.pop("metadata", None) or {}
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     raw = join_raw(windows)
@@ -77,7 +80,7 @@ def write_dump(windows: List[RawSession], path: str, facts: Dict[str, Any],
     if facts.get("slow_step") and facts.get("typical_step"):
         facts["slow_ops"] = step_difference(session.table, tuple(facts["slow_step"]),
                                             tuple(facts["typical_step"]))
-    metadata = dict(session.metadata)
+    metadata = dict(session.metadata, **extra_metadata)
     metadata[BLACKBOX_KEY] = json.dumps(facts, separators=(",", ":"))
     session = dataclasses.replace(session, metadata=metadata, _derived={})
     return write_chrome_trace(session, path)
