@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, Optional
 
 from opscope.arguments import check_bool, check_path
 from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
+from opscope.black_box.fatal import FatalDump
 from opscope.black_box.job import JobDumps, post_dump
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
@@ -76,7 +77,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._ring = Ring(self.seconds, int(self.max_mb * 2 ** 20))
         self._collector: Any = None
         self._window: Optional[Recording] = None
-        self._window_start = (0, 0)  # (monotonic ns, collector bytes taken) at its start
+        self._window_start = (0, 0, 0)  # (monotonic ns, bytes taken, collector ns) at start
         self._paused = False  # an opscope.profile holds the collector
         self._paused_at = 0.0
         self._running = False
@@ -89,6 +90,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._hooks = Hooks(self._final_dump)
         self._listener: Optional[int] = None
         self._job: Optional[JobDumps] = None
+        self._fatal: Optional[FatalDump] = None  # a crash writes the ring raw
         self.dumps: list = []  # paths written (or being written), in order
         self.script: Optional[str] = None  # the name dumps take (None: sys.argv[0])
         self.yields = False  # True: a black box the script starts itself replaces this one
@@ -138,6 +140,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._listener = StepTracker.add_listener(self._on_step)
         self._job = JobDumps(self._dump_for_job)
         self._job.start()
+        self._fatal = FatalDump(collector)
+        self._fatal.install(self.dir, self.script)
+        self._register_fatal()
         self._monitor = threading.Thread(target=self._watch_loop, name="opscope-blackbox",
                                          daemon=True)
         self._monitor.start()
@@ -152,6 +157,8 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._hooks.uninstall()
         if self._job is not None:
             self._job.stop()
+        if self._fatal is not None:
+            self._fatal.uninstall()
         if self._listener is not None:
             StepTracker.remove_listener(self._listener)
             self._listener = None
@@ -182,13 +189,20 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                            wire=set_recording_collector)
         window.start()
         self._window = window
-        self._window_start = (time.monotonic_ns(), self._collector.taken_bytes())
+        self._window_start = (time.monotonic_ns(), self._collector.taken_bytes(),
+                              self._collector.now_ns())
+        self._register_fatal()
 
     def _close_window(self) -> None:
         """Stop the live window into the ring (called with the lock held)."""
         window, self._window = self._window, None
         if window is not None:
             self._ring.add(window.stop(), time.monotonic_ns())
+
+    def _register_fatal(self) -> None:
+        """Tell the crash handler the ring's windows as they are now."""
+        if self._fatal is not None:
+            self._fatal.register(self._ring.windows(), self._window_start[2])
 
     def _rotate(self) -> None:
         with self._lock:
@@ -208,6 +222,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             if self._running and not self._paused:
                 self._close_window()
                 self._paused, self._paused_at = True, time.monotonic()
+                self._register_fatal()
 
     def resume(self, raw) -> None:
         """The profile stopped: its records (``raw``) join the ring; recording goes on."""
@@ -235,7 +250,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                 if (self._paused and time.monotonic() - self._paused_at > 1.0
                         and not self._collector.is_recording()):
                     self.resume(None)  # the profile's window was dropped, not stopped
-                self._ring.trim(time.monotonic_ns(), self._live_bytes())
+                with self._lock:
+                    self._ring.trim(time.monotonic_ns(), self._live_bytes())
+                    self._register_fatal()
                 stall = self._watch.stalled()
                 if stall is not None:
                     self.dump("stall", facts=stall)
@@ -374,6 +391,8 @@ def _forget_after_fork() -> None:
         window, box._window = box._window, None
         if window is not None:
             window.forget_after_fork()  # its probes' hooks are the parent's
+        if box._fatal is not None:
+            box._fatal.uninstall()  # a crash here writes nothing of the parent's
         box._lock = threading.RLock()
 
 

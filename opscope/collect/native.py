@@ -136,6 +136,20 @@ class NativeCollector:
         recording too): what a window holds is its growth since the window started."""
         return int(self._ext.regions_taken()) * int(self._ext.region_bytes)
 
+    def install_fatal(self, prefix: str) -> None:
+        """A crash (SIGSEGV, SIGBUS, SIGFPE, SIGABRT) writes the black box's windows raw to
+        ``prefix`` + Unix ms + ``.raw`` (observer.cpp), then goes on as before."""
+        now = self.now_ns()
+        self._ext.install_fatal(prefix, time.time_ns() - now, now)
+
+    def set_fatal_windows(self, windows, live_start_ns: int) -> None:
+        """What a crash writes besides the live window: ``(records, OS thread ids as
+        int64, start_ns, stop_ns)`` per finished window, oldest first."""
+        self._ext.set_fatal_windows(list(windows), int(live_start_ns))
+
+    def uninstall_fatal(self) -> None:
+        self._ext.uninstall_fatal()
+
     # User ranges as real at::RecordFunction scopes, seen by every observer.
     def range_push(self, name: str, user_scope: bool = True) -> int:
         # A NUL or a lone surrogate could not be recorded exactly: refused

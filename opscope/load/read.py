@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 from opscope.arguments import check_choice
+from opscope.load.raw_black_box import is_raw_black_box, read_raw_black_box
 from opscope.load.trace_events import PYTHON_FUNCTION_RULES
 from opscope.load.trace_file import TraceLoadError, resolve_trace_path
 from opscope.load.trace_stream import stream_trace
@@ -41,6 +42,8 @@ def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = Non
     check_choice("load_session", "python_functions", python_functions,
                  (None,) + PYTHON_FUNCTION_RULES)
     file = resolve_trace_path(path)
+    if is_raw_black_box(file):  # a black box's crash dump: the ring as the crash left it
+        return read_raw_black_box(file, max_bytes)
     with collection_paused(), malformed_is_load_error(file):
         return stream_trace(file, max_bytes, python_functions, lean,
                             scanner(file) if scanner is not None else None)

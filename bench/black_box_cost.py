@@ -1,0 +1,307 @@
+"""The black box's cost while it runs: step time, memory, and what a dump stalls.
+
+Three measurements, in one process, in this order:
+
+- Memory (first, so the native region pool starts empty): a tiny-op loop (``torch.add``
+  on 2-element tensors, one thread) runs for longer than ``seconds`` under
+  ``opscope.blackbox(seconds=5, max_mb=16)``. Every 1,000 ops it samples the bytes the
+  box keeps (``box._ring.bytes + box._live_bytes()``) and the process's RSS; it reports
+  their maxima against ``max_mb`` and against the RSS before the box started. The stated
+  fixed overhead is the native pool of 8 free 2 MiB regions (16 MiB) plus one 2 MiB
+  region per recording thread (the live window's region being filled). Each rotation
+  (``box._rotate``, on the monitor thread) is timed, and so is the loop's longest gap
+  between two ops (what a rotation stalls the job).
+- Step time: the transformer LM and conv net of ``bench/workloads.py`` (the cost target)
+  and the tiny-op loop (reported beside them), each repetition running the workload
+  unprofiled and under a black box with the default settings (seconds=30, max_mb=64), in
+  rotating order (``common.interleaved``), one intra-op thread as in overhead.py. Each
+  black-box repetition starts a fresh box, times the workload, and stops the box: start
+  and stop are not timed. At these settings a window closes every 7.5 s or 16 MiB, so no
+  rotation falls inside a repetition; the memory figures time rotations.
+- Dump: a box with seconds=60, max_mb=128 records 1M tiny ops; then a second thread runs
+  a tiny-op loop while ``box.dump()`` (wait=False) is called. Reported: the time
+  ``dump()`` takes to return, that thread's longest gap between two ops from the call
+  until the background write has finished (the stall the job sees), both in ms per 1M
+  ops in the ring, and the write time.
+
+    python bench/black_box_cost.py [--quick] [--json PATH] [--reps N] [--threads N]
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+
+import torch
+
+import common
+from workloads import make_workload
+
+REPS = {"transformer": 41, "convnet": 41, "tiny_ops": 61}
+STEP_LIMIT = 1.03  # black box / unprofiled, transformer and convnet
+MEMORY = {"seconds": 5.0, "max_mb": 16.0, "run_s": 12.0}
+MEMORY_QUICK = {"seconds": 1.0, "max_mb": 4.0, "run_s": 2.0}
+DUMP_OPS, DUMP_OPS_QUICK = 1_000_000, 50_000
+STALL_MS_PER_M = 50.0  # per 1M ops in the ring
+MIB = 2 ** 20
+
+
+def start_box(folder: str, **options):
+    import opscope
+
+    box = opscope.blackbox(dir=folder, **options)
+    box.start()
+    if not box.running:
+        raise SystemExit("black_box_cost: the black box did not start (no native collector)")
+    return box
+
+
+def stop_box(box) -> None:
+    """Stop ``box``, and take out the optimizer hook it installed (stop() leaves it), so the
+    unprofiled repetitions run without it."""
+    from opscope.step_tracker import untrack_optimizer_steps
+
+    box.stop()
+    untrack_optimizer_steps()
+
+
+def tiny_adds():
+    a, b = torch.ones(2), torch.ones(2)
+    return lambda: torch.add(a, b)
+
+
+def measure_cost(workload, reps: int, warmup: bool, folder: str) -> dict:
+    """Seconds per repetition, unprofiled and under a fresh black box; dumps it made."""
+    dumps = []
+
+    def unprofiled() -> float:
+        return common.timed(workload.run)
+
+    def black_box() -> float:
+        box = start_box(folder)
+        try:
+            return common.timed(workload.run)
+        finally:
+            stop_box(box)
+            dumps.extend(box.dumps)
+
+    variants = {"unprofiled": unprofiled, "black box": black_box}
+    if warmup:
+        for run in variants.values():
+            run()
+        dumps.clear()
+    samples = common.interleaved(variants, reps)
+    return {"samples_s": samples, "dumps": len(dumps)}
+
+
+def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> dict:
+    """Kept bytes and RSS growth of a tiny-op loop run for ``run_s`` under a small box."""
+    from opscope.collect.native_build import load_native
+
+    native = load_native()
+    add = tiny_adds()
+    for _ in range(50_000):  # warm: the loop's own memory is resident before the baseline
+        add()
+    pool_before = native.pooled_region_bytes()
+    base_rss = common.rss_bytes()
+    box = start_box(folder, seconds=seconds, max_mb=max_mb)
+    rotations = []
+    rotate = box._rotate
+
+    def timed_rotate():
+        t0 = time.perf_counter()
+        rotate()
+        rotations.append(time.perf_counter() - t0)
+
+    box._rotate = timed_rotate  # the monitor thread looks it up on the instance
+    kept_max = rss_max = ops = 0
+    gaps = []
+    start = prev = time.perf_counter()
+    while prev - start < run_s:
+        gap = 0.0
+        for _ in range(1000):
+            add()
+            now = time.perf_counter()
+            gap = max(gap, now - prev)
+            prev = now
+        gaps.append(gap)
+        ops += 1000
+        kept_max = max(kept_max, box._ring.bytes + box._live_bytes())
+        rss_max = max(rss_max, common.rss_bytes())
+    ring_windows = len(box._ring.windows())
+    stop_box(box)
+    return {"seconds": seconds, "max_mb": max_mb, "run_s": prev - start, "ops": ops,
+            "kept_max_bytes": kept_max, "rss_growth_max_bytes": rss_max - base_rss,
+            "rss_growth_after_stop_bytes": common.rss_bytes() - base_rss,
+            "pool_before_bytes": pool_before, "pool_after_bytes": native.pooled_region_bytes(),
+            "ring_windows_at_end": ring_windows, "rotations_s": rotations,
+            "chunk_max_gap_s": gaps, "dumps": len(box.dumps)}
+
+
+def op_loop(add, stop: threading.Event, gaps: list) -> None:
+    """Run ``add`` until ``stop``; append (start, length) of each gap over 1 ms between two
+    consecutive ops to ``gaps``."""
+    prev = time.perf_counter()
+    while not stop.is_set():
+        add()
+        now = time.perf_counter()
+        if now - prev > 1e-3:
+            gaps.append((prev, now - prev))
+        prev = now
+
+
+def measure_dump(folder: str, ops: int) -> dict:
+    """``dump()``'s return time, the longest gap a concurrent op loop sees until the
+    write is done, and the write time, with a ring of ``ops`` tiny ops (plus the loop's)."""
+    box = start_box(folder, seconds=60, max_mb=128)
+    add = tiny_adds()
+    for _ in range(ops):
+        add()
+    stop, gaps = threading.Event(), []
+    loop = threading.Thread(target=op_loop, args=(tiny_adds(), stop, gaps))
+    loop.start()
+    time.sleep(0.5)  # the loop alone: its gaps without a dump
+    t0 = time.perf_counter()
+    path = box.dump()
+    t1 = time.perf_counter()
+    in_ring = sum(len(w.records) for w in box._ring.windows())
+    for writer in list(box._writers):
+        writer.join()
+    t2 = time.perf_counter()
+    time.sleep(0.05)
+    stop.set()
+    loop.join()
+    size = os.path.getsize(path) if path and os.path.exists(path) else None
+    stop_box(box)
+
+    def longest(lo, hi):  # the longest gap that overlaps [lo, hi]
+        return max([g for at, g in gaps if at < hi and at + g > lo] or [0.0])
+
+    return {"ops_recorded": ops, "ops_in_ring": in_ring, "return_s": t1 - t0,
+            "write_s": t2 - t1, "stall_s": longest(t0, t2),
+            "stall_before_s": longest(t0 - 0.45, t0 - 1e-4), "file_bytes": size,
+            "gaps_over_1ms": [(at - t0, g) for at, g in gaps]}
+
+
+def cost_rows(args, folder: str, default_threads: int):
+    rows, raw, targets = [], [], []
+    for name in ("transformer", "convnet", "tiny_ops"):
+        w = make_workload(name, quick=args.quick)
+        torch.set_num_threads(w.threads or args.threads or default_threads)
+        reps = args.reps or (2 if args.quick else REPS[name])
+        m = measure_cost(w, reps, warmup=not args.quick, folder=folder)
+        s = m["samples_s"]
+        base, box = common.median(s["unprofiled"]), common.median(s["black box"])
+        paired = common.median([b / u for b, u in zip(s["black box"], s["unprofiled"])])
+        noise, box_noise = common.spread(s["unprofiled"]), common.spread(s["black box"])
+        r = common.ratio(box, base)
+        rows.append([name, reps, base * 1e3, pct(noise), box * 1e3, pct(box_noise), r, paired,
+                     m["dumps"]])
+        raw.append({"workload": name, "description": w.description,
+                    "threads": torch.get_num_threads(), "black_box_over_unprofiled": r,
+                    "paired_ratio": paired, "unprofiled_iqr_over_median": noise, **m})
+        if name != "tiny_ops":
+            targets.append(common.target(
+                f"{name}: black box / unprofiled ≤ {STEP_LIMIT}", r, STEP_LIMIT, "x",
+                f"unprofiled IQR {pct(noise)}, paired ratio {paired:.3f}"))
+        torch.set_num_threads(default_threads)
+    return rows, raw, targets
+
+
+def pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, help="repetitions per workload (default: 41 "
+                   "transformer and convnet, 61 tiny_ops; 2 with --quick)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads for transformer and convnet (tiny_ops: always 1); "
+                        "default 1; 0 keeps torch's default")
+    args = common.parse_args(p)
+    t_start = time.perf_counter()
+    collector = common.prepare_opscope()
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    mem_cfg = MEMORY_QUICK if args.quick else MEMORY
+    dump_ops = DUMP_OPS_QUICK if args.quick else DUMP_OPS
+    with tempfile.TemporaryDirectory() as folder:
+        mem = measure_memory(folder, **mem_cfg)
+        torch.set_num_threads(default_threads)
+        rows, raw, targets = cost_rows(args, folder, default_threads)
+        torch.set_num_threads(1)
+        dump = measure_dump(folder, dump_ops)
+        torch.set_num_threads(default_threads)
+
+    max_b = mem["max_mb"] * MIB
+    fixed = 16 * MIB + 2 * MIB  # 8 pooled regions, one live region of one recording thread
+    rot = mem["rotations_s"]
+    per_m = 1e6 / max(1, dump["ops_in_ring"])
+    targets += [
+        common.target(f"memory: RSS growth ≤ max_mb + fixed overhead ({mem['max_mb']:g} + 18 "
+                      "MiB)", mem["rss_growth_max_bytes"] / MIB, (max_b + fixed) / MIB, " MiB",
+                      f"kept bytes peaked at {mem['kept_max_bytes'] / MIB:.1f} MiB"),
+        common.target(f"dump() returns within {STALL_MS_PER_M:g} ms per 1M ops in the ring",
+                      dump["return_s"] * 1e3 * per_m, STALL_MS_PER_M, " ms/1M ops",
+                      f"{dump['return_s'] * 1e3:.1f} ms, {dump['ops_in_ring']:,} ops"),
+        common.target(f"the job's longest stall during the dump ≤ {STALL_MS_PER_M:g} ms per "
+                      "1M ops in the ring", dump["stall_s"] * 1e3 * per_m, STALL_MS_PER_M,
+                      " ms/1M ops", f"{dump['stall_s'] * 1e3:.1f} ms; write "
+                      f"{dump['write_s']:.2f} s in the background"),
+    ]
+    gaps = mem["chunk_max_gap_s"]
+    mem_table = common.markdown_table(
+        ["seconds", "max_mb", "run s", "ops", "kept max MiB", "RSS growth max MiB",
+         "RSS growth after stop MiB", "pool before / after MiB", "rotations",
+         "rotation ms median / max", "loop's longest gap ms (median of 1k-op chunks)"],
+        [[mem["seconds"], mem["max_mb"], mem["run_s"], mem["ops"], mem["kept_max_bytes"] / MIB,
+          mem["rss_growth_max_bytes"] / MIB, mem["rss_growth_after_stop_bytes"] / MIB,
+          f"{mem['pool_before_bytes'] / MIB:g} / {mem['pool_after_bytes'] / MIB:g}", len(rot),
+          f"{common.median(rot) * 1e3:.1f} / {max(rot) * 1e3:.1f}" if rot else "n/a",
+          f"{max(gaps) * 1e3:.1f} ({common.median(gaps) * 1e3:.3f})"]])
+    dump_table = common.markdown_table(
+        ["ops in ring", "dump() returns ms", "longest gap ms, dump to written",
+         "same before the dump", "ms per 1M ops: return / gap", "write s", "file MB"],
+        [[dump["ops_in_ring"], dump["return_s"] * 1e3, dump["stall_s"] * 1e3,
+          dump["stall_before_s"] * 1e3,
+          f"{dump['return_s'] * 1e3 * per_m:.1f} / {dump['stall_s'] * 1e3 * per_m:.1f}",
+          dump["write_s"], (dump["file_bytes"] or 0) / 1e6]])
+    notes = [
+        f"opscope collector: {collector}. Step time: medians in ms of the workload under a "
+        "black box with the default settings (seconds=30, max_mb=64, slow_step=3), each "
+        "repetition a fresh box started and stopped outside the timed part, interleaved "
+        "with unprofiled runs in rotating order after one warm-up of each (none with "
+        "--quick); the optimizer hook a box installs is removed after each stop, so "
+        "unprofiled runs have none. 'ratio' is the ratio of the medians (the target); "
+        "'paired' is the median of each repetition's ratio. 'IQR' is interquartile range / "
+        "median: a cost smaller than the unprofiled IQR is not resolved, and ratios below 1 "
+        "are noise. 'dumps' counts slow_step dumps the boxes wrote during the timed runs. "
+        f"Intra-op threads: {args.threads or default_threads} (tiny_ops: 1).",
+        "Workloads: " + "; ".join(f"{r['workload']}: {r['description']}" for r in raw) + ".",
+        "Memory (tiny-op loop under a small box):\n\n" + mem_table + "\n\n'kept' is "
+        "`box._ring.bytes + box._live_bytes()` (the live window counted in whole 2 MiB "
+        "regions), sampled every 1,000 ops; RSS growth is over the RSS before the box "
+        "started. The stated fixed overhead is 18 MiB: the native pool's 8 free 2 MiB "
+        "regions (16 MiB, still resident after stop) and one 2 MiB region per recording "
+        "thread (1 here) of overshoot. A rotation closes the live window (its records "
+        "copied out of the regions) and opens the next, on the monitor thread.",
+        f"Dump (seconds=60, max_mb=128, {dump['ops_recorded']:,} tiny ops recorded by the "
+        "main thread, then a second thread's tiny-op loop runs during the dump):\n\n"
+        + dump_table + "\n\nThe longest gap is between two consecutive ops of the second "
+        "thread, from the `dump()` call until the writer thread has finished; 'before' is "
+        "the same over the 0.45 s before the call (the GIL's switch interval is 5 ms).",
+        f"Whole run: {time.perf_counter() - t_start:.0f} s."]
+    common.finish({"title": "Black box: cost while running",
+                   "command": common.command_line("black_box_cost.py"),
+                   "machine": common.machine_info(),
+                   "columns": ["workload", "reps", "unprofiled ms", "unprofiled IQR",
+                               "black box ms", "black box IQR", "ratio", "paired", "dumps"],
+                   "rows": rows, "targets": targets, "notes": notes,
+                   "raw": {"cost": raw, "memory": mem, "dump": dump}}, args)
+
+
+if __name__ == "__main__":
+    main()
