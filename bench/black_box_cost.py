@@ -13,11 +13,13 @@ Three measurements, in one process, in this order:
   between two ops (what a rotation stalls the job).
 - Step time: the transformer LM and conv net of ``bench/workloads.py`` (the cost target)
   and the tiny-op loop (reported beside them), each repetition running the workload
-  unprofiled and under a black box with the default settings (seconds=30, max_mb=64), in
-  rotating order (``common.interleaved``), one intra-op thread as in overhead.py. Each
-  black-box repetition starts a fresh box, times the workload, and stops the box: start
-  and stop are not timed. At these settings a window closes every 7.5 s or 16 MiB, so no
-  rotation falls inside a repetition; the memory figures time rotations.
+  unprofiled, under an empty RecordFunction observer (the floor of any observer,
+  bench/empty_observer.py) and under a black box with the default settings (seconds=30,
+  max_mb=64), in rotating order (``common.interleaved``), one intra-op thread as in
+  overhead.py. Each black-box repetition starts a fresh box, times the workload, and stops
+  the box: start and stop are not timed. At these settings a window closes every 7.5 s or
+  16 MiB, so no rotation falls inside a repetition; the memory figures time rotations.
+  Wall time is the target; the process's CPU time is reported beside it.
 - Dump: a box with seconds=60, max_mb=128 records 1M tiny ops; then a second thread runs
   a tiny-op loop while ``box.dump()`` (wait=False) is called. Reported: the time
   ``dump()`` takes to return, that thread's longest gap between two ops from the call
@@ -29,6 +31,7 @@ Three measurements, in one process, in this order:
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import threading
@@ -39,13 +42,15 @@ import torch
 import common
 from workloads import make_workload
 
-REPS = {"transformer": 41, "convnet": 41, "tiny_ops": 61}
+REPS = {"transformer": 61, "convnet": 81, "tiny_ops": 101}
 STEP_LIMIT = 1.03  # black box / unprofiled, transformer and convnet
 MEMORY = {"seconds": 5.0, "max_mb": 16.0, "run_s": 12.0}
 MEMORY_QUICK = {"seconds": 1.0, "max_mb": 4.0, "run_s": 2.0}
 DUMP_OPS, DUMP_OPS_QUICK = 1_000_000, 50_000
 STALL_MS_PER_M = 50.0  # per 1M ops in the ring
 MIB = 2 ** 20
+REGION = 2 * MIB  # native region: the live window grows by these
+FIXED = 8 * REGION + REGION  # the pool of 8 free regions, one live region per thread
 
 
 def start_box(folder: str, **options):
@@ -73,27 +78,50 @@ def tiny_adds():
 
 
 def measure_cost(workload, reps: int, warmup: bool, folder: str) -> dict:
-    """Seconds per repetition, unprofiled and under a fresh black box; dumps it made."""
-    dumps = []
+    """Wall and process CPU seconds per repetition: unprofiled, under an empty
+    RecordFunction observer (the floor of any observer), and under a fresh black box."""
+    from empty_observer import empty_observer
 
-    def unprofiled() -> float:
-        return common.timed(workload.run)
+    dumps, cpu = [], {}
 
-    def black_box() -> float:
+    def clocked(name, enter=None):  # enter() sets the variant up, returns what undoes it
+        def run() -> float:
+            leave = enter() if enter else None
+            try:
+                gc.collect()
+                c0, t0 = time.process_time(), time.perf_counter()
+                workload.run()
+                wall = time.perf_counter() - t0
+                cpu.setdefault(name, []).append(time.process_time() - c0)
+                return wall
+            finally:
+                if leave:
+                    leave()
+        return run
+
+    def observer():
+        cm = empty_observer()
+        cm.__enter__()
+        return lambda: cm.__exit__(None, None, None)
+
+    def black_box():
         box = start_box(folder)
-        try:
-            return common.timed(workload.run)
-        finally:
+
+        def leave():
             stop_box(box)
             dumps.extend(box.dumps)
+        return leave
 
-    variants = {"unprofiled": unprofiled, "black box": black_box}
+    variants = {"unprofiled": clocked("unprofiled"),
+                "empty observer": clocked("empty observer", observer),
+                "black box": clocked("black box", black_box)}
     if warmup:
         for run in variants.values():
             run()
         dumps.clear()
+        cpu.clear()
     samples = common.interleaved(variants, reps)
-    return {"samples_s": samples, "dumps": len(dumps)}
+    return {"samples_s": samples, "cpu_s": cpu, "dumps": len(dumps)}
 
 
 def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> dict:
@@ -104,6 +132,12 @@ def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> 
     add = tiny_adds()
     for _ in range(50_000):  # warm: the loop's own memory is resident before the baseline
         add()
+    warm = start_box(folder, seconds=seconds, max_mb=max_mb)  # imports, first-use pages
+    for _ in range(1000):
+        add()
+    time.sleep(0.3)
+    stop_box(warm)
+    gc.collect()
     pool_before = native.pooled_region_bytes()
     base_rss = common.rss_bytes()
     box = start_box(folder, seconds=seconds, max_mb=max_mb)
@@ -128,10 +162,12 @@ def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> 
             prev = now
         gaps.append(gap)
         ops += 1000
-        kept_max = max(kept_max, box._ring.bytes + box._live_bytes())
+        with box._lock:  # not between a window's close and the next one's start
+            kept_max = max(kept_max, box._ring.bytes + box._live_bytes())
         rss_max = max(rss_max, common.rss_bytes())
     ring_windows = len(box._ring.windows())
     stop_box(box)
+    gc.collect()
     return {"seconds": seconds, "max_mb": max_mb, "run_s": prev - start, "ops": ops,
             "kept_max_bytes": kept_max, "rss_growth_max_bytes": rss_max - base_rss,
             "rss_growth_after_stop_bytes": common.rss_bytes() - base_rss,
@@ -192,22 +228,87 @@ def cost_rows(args, folder: str, default_threads: int):
         torch.set_num_threads(w.threads or args.threads or default_threads)
         reps = args.reps or (2 if args.quick else REPS[name])
         m = measure_cost(w, reps, warmup=not args.quick, folder=folder)
-        s = m["samples_s"]
+        s, cpu = m["samples_s"], m["cpu_s"]
         base, box = common.median(s["unprofiled"]), common.median(s["black box"])
         paired = common.median([b / u for b, u in zip(s["black box"], s["unprofiled"])])
         noise, box_noise = common.spread(s["unprofiled"]), common.spread(s["black box"])
         r = common.ratio(box, base)
+        floor = common.ratio(common.median(s["empty observer"]), base)
+        cpu_r = common.ratio(common.median(cpu["black box"]), common.median(cpu["unprofiled"]))
         rows.append([name, reps, base * 1e3, pct(noise), box * 1e3, pct(box_noise), r, paired,
-                     m["dumps"]])
+                     floor, cpu_r, m["dumps"]])
         raw.append({"workload": name, "description": w.description,
                     "threads": torch.get_num_threads(), "black_box_over_unprofiled": r,
-                    "paired_ratio": paired, "unprofiled_iqr_over_median": noise, **m})
+                    "paired_ratio": paired, "empty_observer_over_unprofiled": floor,
+                    "cpu_ratio": cpu_r, "unprofiled_iqr_over_median": noise, **m})
         if name != "tiny_ops":
             targets.append(common.target(
                 f"{name}: black box / unprofiled ≤ {STEP_LIMIT}", r, STEP_LIMIT, "x",
-                f"unprofiled IQR {pct(noise)}, paired ratio {paired:.3f}"))
+                f"unprofiled IQR {pct(noise)}, paired {paired:.3f}, empty observer "
+                f"{floor:.3f}, CPU time {cpu_r:.3f}"))
         torch.set_num_threads(default_threads)
     return rows, raw, targets
+
+
+def memory_part(mem: dict):
+    """The memory targets and the note with its table."""
+    max_b, rot, gaps = mem["max_mb"] * MIB, mem["rotations_s"], mem["chunk_max_gap_s"]
+    targets = [
+        common.target(f"memory: kept bytes ≤ max_mb + one 2 MiB region per recording thread "
+                      f"({mem['max_mb']:g} + 2 MiB)", mem["kept_max_bytes"] / MIB,
+                      (max_b + REGION) / MIB, " MiB", "ring + live window, sampled"),
+        common.target(f"memory: RSS growth ≤ max_mb + fixed overhead ({mem['max_mb']:g} + "
+                      f"{FIXED // MIB} MiB)", mem["rss_growth_max_bytes"] / MIB,
+                      (max_b + FIXED) / MIB, " MiB",
+                      f"{mem['rss_growth_after_stop_bytes'] / MIB:.1f} MiB left after stop")]
+    table = common.markdown_table(
+        ["seconds", "max_mb", "run s", "ops", "kept max MiB", "RSS growth max MiB",
+         "RSS growth after stop MiB", "pool before / after MiB", "rotations",
+         "rotation ms median / max", "loop's longest gap ms (median of 1k-op chunks)"],
+        [[mem["seconds"], mem["max_mb"], mem["run_s"], mem["ops"], mem["kept_max_bytes"] / MIB,
+          mem["rss_growth_max_bytes"] / MIB, mem["rss_growth_after_stop_bytes"] / MIB,
+          f"{mem['pool_before_bytes'] / MIB:g} / {mem['pool_after_bytes'] / MIB:g}", len(rot),
+          f"{common.median(rot) * 1e3:.1f} / {max(rot) * 1e3:.1f}" if rot else "n/a",
+          f"{max(gaps) * 1e3:.1f} ({common.median(gaps) * 1e3:.3f})"]])
+    note = ("Memory (tiny-op loop, one recording thread, under a small box):\n\n" + table
+            + "\n\n'kept' is `box._ring.bytes + box._live_bytes()` (the live window counted in "
+            "whole 2 MiB regions), sampled under the box's lock every 1,000 ops; RSS growth is "
+            "over the RSS before the box started (after a first box was started and stopped, "
+            "so imports and first-use pages are in the baseline). The stated fixed overhead "
+            f"is {FIXED // MIB} MiB: the native pool's 8 free 2 MiB regions (16 MiB, kept "
+            "after stop for the next window) and one 2 MiB region per recording thread (1 "
+            "here) of overshoot. A rotation (timed around `box._rotate`, on the monitor "
+            "thread) closes the live window, its records copied out of the regions, and opens "
+            "the next.")
+    return targets, note
+
+
+def dump_part(dump: dict):
+    """The dump targets and the note with its table."""
+    per_m = 1e6 / max(1, dump["ops_in_ring"])
+    ret_ms, stall_ms = dump["return_s"] * 1e3, dump["stall_s"] * 1e3
+    targets = [
+        common.target(f"dump() returns within {STALL_MS_PER_M:g} ms per 1M ops in the ring",
+                      ret_ms * per_m, STALL_MS_PER_M, " ms/1M ops",
+                      f"{ret_ms:.1f} ms, {dump['ops_in_ring']:,} ops"),
+        common.target(f"the job's longest stall during the dump ≤ {STALL_MS_PER_M:g} ms per "
+                      "1M ops in the ring", stall_ms * per_m, STALL_MS_PER_M, " ms/1M ops",
+                      f"{stall_ms:.1f} ms; the write took {dump['write_s']:.2f} s in the "
+                      "background")]
+    before = dump["stall_before_s"] * 1e3
+    table = common.markdown_table(
+        ["ops in ring", "dump() returns ms", "longest gap ms, dump to written",
+         "same before the dump", "ms per 1M ops: return / gap", "write s", "file MB"],
+        [[dump["ops_in_ring"], ret_ms, stall_ms, f"{before:.1f}" if before else "< 1",
+          f"{ret_ms * per_m:.1f} / {stall_ms * per_m:.1f}", dump["write_s"],
+          (dump["file_bytes"] or 0) / 1e6]])
+    note = (f"Dump (seconds=60, max_mb=128, {dump['ops_recorded']:,} tiny ops recorded by the "
+            "main thread, then a second thread's tiny-op loop runs during the dump; the ring "
+            "also holds that loop's ops):\n\n" + table + "\n\nThe longest gap is between two "
+            "consecutive ops of the second thread, from the `dump()` call until the writer "
+            "thread has finished; 'before' is the same over the 0.45 s before the call (gaps "
+            "under 1 ms are not kept; the GIL's switch interval is 5 ms).")
+    return targets, note
 
 
 def pct(x) -> str:
@@ -216,8 +317,8 @@ def pct(x) -> str:
 
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, help="repetitions per workload (default: 41 "
-                   "transformer and convnet, 61 tiny_ops; 2 with --quick)")
+    p.add_argument("--reps", type=int, help="repetitions per workload (default: 61 "
+                   "transformer, 81 convnet, 101 tiny_ops; 2 with --quick)")
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op threads for transformer and convnet (tiny_ops: always 1); "
                         "default 1; 0 keeps torch's default")
@@ -236,70 +337,33 @@ def main() -> None:
         dump = measure_dump(folder, dump_ops)
         torch.set_num_threads(default_threads)
 
-    max_b = mem["max_mb"] * MIB
-    fixed = 16 * MIB + 2 * MIB  # 8 pooled regions, one live region of one recording thread
-    rot = mem["rotations_s"]
-    per_m = 1e6 / max(1, dump["ops_in_ring"])
-    targets += [
-        common.target(f"memory: RSS growth ≤ max_mb + fixed overhead ({mem['max_mb']:g} + 18 "
-                      "MiB)", mem["rss_growth_max_bytes"] / MIB, (max_b + fixed) / MIB, " MiB",
-                      f"kept bytes peaked at {mem['kept_max_bytes'] / MIB:.1f} MiB"),
-        common.target(f"dump() returns within {STALL_MS_PER_M:g} ms per 1M ops in the ring",
-                      dump["return_s"] * 1e3 * per_m, STALL_MS_PER_M, " ms/1M ops",
-                      f"{dump['return_s'] * 1e3:.1f} ms, {dump['ops_in_ring']:,} ops"),
-        common.target(f"the job's longest stall during the dump ≤ {STALL_MS_PER_M:g} ms per "
-                      "1M ops in the ring", dump["stall_s"] * 1e3 * per_m, STALL_MS_PER_M,
-                      " ms/1M ops", f"{dump['stall_s'] * 1e3:.1f} ms; write "
-                      f"{dump['write_s']:.2f} s in the background"),
-    ]
-    gaps = mem["chunk_max_gap_s"]
-    mem_table = common.markdown_table(
-        ["seconds", "max_mb", "run s", "ops", "kept max MiB", "RSS growth max MiB",
-         "RSS growth after stop MiB", "pool before / after MiB", "rotations",
-         "rotation ms median / max", "loop's longest gap ms (median of 1k-op chunks)"],
-        [[mem["seconds"], mem["max_mb"], mem["run_s"], mem["ops"], mem["kept_max_bytes"] / MIB,
-          mem["rss_growth_max_bytes"] / MIB, mem["rss_growth_after_stop_bytes"] / MIB,
-          f"{mem['pool_before_bytes'] / MIB:g} / {mem['pool_after_bytes'] / MIB:g}", len(rot),
-          f"{common.median(rot) * 1e3:.1f} / {max(rot) * 1e3:.1f}" if rot else "n/a",
-          f"{max(gaps) * 1e3:.1f} ({common.median(gaps) * 1e3:.3f})"]])
-    dump_table = common.markdown_table(
-        ["ops in ring", "dump() returns ms", "longest gap ms, dump to written",
-         "same before the dump", "ms per 1M ops: return / gap", "write s", "file MB"],
-        [[dump["ops_in_ring"], dump["return_s"] * 1e3, dump["stall_s"] * 1e3,
-          dump["stall_before_s"] * 1e3,
-          f"{dump['return_s'] * 1e3 * per_m:.1f} / {dump['stall_s'] * 1e3 * per_m:.1f}",
-          dump["write_s"], (dump["file_bytes"] or 0) / 1e6]])
+    mem_targets, mem_note = memory_part(mem)
+    dump_targets, dump_note = dump_part(dump)
     notes = [
         f"opscope collector: {collector}. Step time: medians in ms of the workload under a "
         "black box with the default settings (seconds=30, max_mb=64, slow_step=3), each "
-        "repetition a fresh box started and stopped outside the timed part, interleaved "
-        "with unprofiled runs in rotating order after one warm-up of each (none with "
-        "--quick); the optimizer hook a box installs is removed after each stop, so "
-        "unprofiled runs have none. 'ratio' is the ratio of the medians (the target); "
-        "'paired' is the median of each repetition's ratio. 'IQR' is interquartile range / "
-        "median: a cost smaller than the unprofiled IQR is not resolved, and ratios below 1 "
-        "are noise. 'dumps' counts slow_step dumps the boxes wrote during the timed runs. "
-        f"Intra-op threads: {args.threads or default_threads} (tiny_ops: 1).",
+        "repetition a fresh box started and stopped outside the timed part (no rotation "
+        "falls inside one), interleaved with unprofiled runs and runs under an empty "
+        "RecordFunction observer (bench/empty_observer.py: the floor of any observer) in "
+        "rotating order, after one warm-up of each (none with --quick). The optimizer hook "
+        "a box installs is removed after each stop, so unprofiled runs have none. 'ratio' "
+        "is the ratio of the medians (the target); 'paired' is the median of each "
+        "repetition's ratio; 'CPU time ratio' is the same ratio of medians for the "
+        "process's CPU time (all threads), less stretched by other processes on the host. "
+        "'IQR' is interquartile range / median: a cost smaller than the unprofiled IQR is "
+        "not resolved, and ratios below 1 are noise. 'dumps' counts slow_step dumps written "
+        f"during timed runs. Intra-op threads: {args.threads or default_threads} "
+        "(tiny_ops: 1).",
         "Workloads: " + "; ".join(f"{r['workload']}: {r['description']}" for r in raw) + ".",
-        "Memory (tiny-op loop under a small box):\n\n" + mem_table + "\n\n'kept' is "
-        "`box._ring.bytes + box._live_bytes()` (the live window counted in whole 2 MiB "
-        "regions), sampled every 1,000 ops; RSS growth is over the RSS before the box "
-        "started. The stated fixed overhead is 18 MiB: the native pool's 8 free 2 MiB "
-        "regions (16 MiB, still resident after stop) and one 2 MiB region per recording "
-        "thread (1 here) of overshoot. A rotation closes the live window (its records "
-        "copied out of the regions) and opens the next, on the monitor thread.",
-        f"Dump (seconds=60, max_mb=128, {dump['ops_recorded']:,} tiny ops recorded by the "
-        "main thread, then a second thread's tiny-op loop runs during the dump):\n\n"
-        + dump_table + "\n\nThe longest gap is between two consecutive ops of the second "
-        "thread, from the `dump()` call until the writer thread has finished; 'before' is "
-        "the same over the 0.45 s before the call (the GIL's switch interval is 5 ms).",
-        f"Whole run: {time.perf_counter() - t_start:.0f} s."]
+        mem_note, dump_note, f"Whole run: {time.perf_counter() - t_start:.0f} s."]
     common.finish({"title": "Black box: cost while running",
                    "command": common.command_line("black_box_cost.py"),
                    "machine": common.machine_info(),
                    "columns": ["workload", "reps", "unprofiled ms", "unprofiled IQR",
-                               "black box ms", "black box IQR", "ratio", "paired", "dumps"],
-                   "rows": rows, "targets": targets, "notes": notes,
+                               "black box ms", "black box IQR", "ratio", "paired",
+                               "empty observer ratio", "CPU time ratio", "dumps"],
+                   "rows": rows, "targets": targets + mem_targets + dump_targets,
+                   "notes": notes,
                    "raw": {"cost": raw, "memory": mem, "dump": dump}}, args)
 
 

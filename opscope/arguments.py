@@ -83,6 +83,20 @@ def check_int(where: str, name: str, value: Any, minimum: Optional[int] = None,
     return value
 
 
+def check_positive(where: str, name: str, value: Any) -> float:
+    """``value`` as a float when it is a finite number above 0; else ValueError naming it.
+
+    >>> check_positive("blackbox", "seconds", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: blackbox: seconds must be a positive number, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value < float("inf")):
+        raise ValueError(f"{where}: {name} must be a positive number, got {value!r}")
+    return float(value)
+
+
 def check_choice(where: str, name: str, value: Any, choices: Iterable[Any]) -> Any:
     """``value`` when it is one of ``choices``; else ValueError listing them.
 

@@ -6,16 +6,15 @@ if asked, module range, input shapes, stacks and allocations) on every
 thread into short consecutive windows; the ring (``black_box.ring``) keeps
 the last ``seconds`` of them within ``max_mb``. A window closes when it is a
 quarter of ``seconds`` old or holds a quarter of ``max_mb``; a monitor
-thread checks four times a second. A dump closes the live window, hands the
+thread checks 20 times a second. A dump closes the live window, hands the
 ring's windows to a thread that builds and writes the trace
 (``black_box.dump``), and the job goes on. The moments that dump:
 ``exception`` (any thread), ``signal`` (SIGTERM, SIGINT: written first,
 then the signal does what it did), ``slow_step``, ``stall``
 (``black_box.triggers``), and ``manual`` (``dump()``).
 
-An ``opscope.profile`` started while the black box runs takes the collector
-over: the black box closes its window, and when the profile stops, the
-profile's records join the ring, so neither loses an op. In a forked child
+An ``opscope.profile`` started meanwhile takes the collector over; when it
+stops, its records join the ring, so neither loses an op. In a forked child
 (a DataLoader worker) the black box is gone: the child records nothing.
 
 Example::
@@ -37,7 +36,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Optional
 
-from opscope.arguments import check_bool, check_path
+from opscope.arguments import check_bool, check_path, check_positive
 from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
 from opscope.black_box.fatal import FatalDump
 from opscope.black_box.job import JobDumps, post_dump
@@ -49,7 +48,7 @@ from opscope.record_function import set_recording_collector
 from opscope.step_tracker import StepTracker, track_optimizer_steps
 
 WINDOWS_PER_RING = 4
-TICK_S = 0.25
+TICK_S = 0.05  # the monitor's period: at a million ops a second a window grows 3 MB in it
 MIN_DUMP_GAP_S = 1.0  # between two dumps that are not the job's last (rate limit)
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_modules")
 
@@ -65,9 +64,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                  profile_memory: bool = False, with_stack: bool = False,
                  with_modules: bool = False):
         self.dir = check_path("blackbox", "dir", dir)
-        self.seconds = _positive("seconds", seconds)
-        self.max_mb = _positive("max_mb", max_mb)
-        self.slow_step = _positive("slow_step", slow_step)
+        self.seconds = check_positive("blackbox", "seconds", seconds)
+        self.max_mb = check_positive("blackbox", "max_mb", max_mb)
+        self.slow_step = check_positive("blackbox", "slow_step", slow_step)
         if self.slow_step <= 1:
             raise ValueError(f"blackbox: slow_step must be above 1 (a multiple of the median "
                              f"step), got {slow_step!r}")
@@ -92,6 +91,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._job: Optional[JobDumps] = None
         self._fatal: Optional[FatalDump] = None  # a crash writes the ring raw
         self.dumps: list = []  # paths written (or being written), in order
+        self._folder = os.path.abspath(self.dir)
         self.script: Optional[str] = None  # the name dumps take (None: sys.argv[0])
         self.yields = False  # True: a black box the script starts itself replaces this one
 
@@ -126,6 +126,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             _active = self
         self._collector, self._running, self._owner = collector, True, os.getpid()
         self.script = script_name(self.script)  # the script's, as it is now
+        self._folder = os.path.abspath(self.dir)  # where the job runs now
         rank = torchrun_env_info()
         if rank is not None and ".rank" not in self.script:
             self.script += f".rank{rank['rank']}"  # one folder holds every rank's dumps
@@ -141,7 +142,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         self._job = JobDumps(self._dump_for_job)
         self._job.start()
         self._fatal = FatalDump(collector)
-        self._fatal.install(self.dir, self.script)
+        self._fatal.install(self._folder, self.script)
         self._register_fatal()
         self._monitor = threading.Thread(target=self._watch_loop, name="opscope-blackbox",
                                          daemon=True)
@@ -197,7 +198,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         """Stop the live window into the ring (called with the lock held)."""
         window, self._window = self._window, None
         if window is not None:
-            self._ring.add(window.stop(), time.monotonic_ns())
+            # room for the next window, which grows to a quarter of max_mb before it closes
+            self._ring.add(window.stop(), time.monotonic_ns(),
+                           live_bytes=int(self.max_mb * 2 ** 20 / WINDOWS_PER_RING))
 
     def _register_fatal(self) -> None:
         """Tell the crash handler the ring's windows as they are now."""
@@ -241,6 +244,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
     def _watch_loop(self) -> None:
         quarter_ns = self.seconds * 1e9 / WINDOWS_PER_RING
         quarter_bytes = self.max_mb * 2 ** 20 / WINDOWS_PER_RING
+        registered = -1
         while not self._stop_event.wait(min(TICK_S, self.seconds / 8)):
             try:
                 if self._window is not None and not self._paused and (
@@ -252,7 +256,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                     self.resume(None)  # the profile's window was dropped, not stopped
                 with self._lock:
                     self._ring.trim(time.monotonic_ns(), self._live_bytes())
-                    self._register_fatal()
+                    if self._ring.version != registered:
+                        registered = self._ring.version
+                        self._register_fatal()
                 stall = self._watch.stalled()
                 if stall is not None:
                     self.dump("stall", facts=stall)
@@ -299,7 +305,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             windows = self._ring.windows()
             if not self._paused and self._running:
                 self._open_window()
-        path = dump_path(self.dir, reason, script=self.script)
+        path = dump_path(self._folder, reason, script=self.script)
         info = dict(facts or {}, reason=reason, dump_ns=time.monotonic_ns(),
                     seconds=self.seconds, max_mb=self.max_mb)
         info["metadata"] = {}
@@ -373,12 +379,6 @@ def shared_with_black_box(raw):
     if box is not None:
         box.resume(raw)
     return raw
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"blackbox: {name} must be a positive number, got {value!r}")
-    return float(value)
 
 
 def _forget_after_fork() -> None:

@@ -75,6 +75,7 @@ class JobDumps:
 
     def __init__(self, dump: Callable[[str, Dict[str, Any]], None]):
         self._dump = dump
+        self._since_ns = time.time_ns()  # posts older than this black box are not its
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._missing: Dict[int, float] = {}  # post number -> when it was first missing
@@ -97,7 +98,7 @@ class JobDumps:
                     store = job_store.open_job_store()
                     if store is None:
                         return
-                    seen = store.count(COUNTER) or 0  # posts before this rank joined: old
+                    seen = max(0, (store.count(COUNTER) or 0) - BACKLOG)  # then by their time
                     continue
                 seen = self._serve(store, seen)
             except Exception as exc:  # noqa: BLE001 - never harm the job: one line, stop
@@ -116,7 +117,8 @@ class JobDumps:
                 return number - 1  # counted, not written yet: read it again next time
             self._missing.pop(number, None)
             post = parse_post(text, store.world_size)
-            if post is not None and post["origin"] != store.rank:
+            if (post is not None and post["origin"] != store.rank
+                    and post["unix_ns"] >= self._since_ns):
                 self._dump(post["reason"], {"job_dump": number, "origin_rank": post["origin"],
                                             "origin_unix_ns": post["unix_ns"]})
         return count

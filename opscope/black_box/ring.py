@@ -48,6 +48,7 @@ class Ring:
         self._lock = threading.Lock()
         self._windows: Deque[Tuple[RawSession, int]] = deque()  # (window, its bytes)
         self._bytes = 0
+        self.version = 0  # raised at every change: the crash handler is told again
 
     @property
     def bytes(self) -> int:
@@ -60,6 +61,7 @@ class Ring:
             size = raw_bytes(raw)
             self._windows.append((raw, size))
             self._bytes += size
+            self.version += 1
             self._trim(now_ns, live_bytes)
 
     def trim(self, now_ns: int, live_bytes: int = 0) -> None:
@@ -78,6 +80,12 @@ class Ring:
             self._bytes = 0
 
     def _trim(self, now_ns: int, live_bytes: int) -> None:
+        before = (len(self._windows), self._bytes)
+        self._cut(now_ns, live_bytes)
+        if (len(self._windows), self._bytes) != before:
+            self.version += 1
+
+    def _cut(self, now_ns: int, live_bytes: int) -> None:
         windows = self._windows
         while windows and windows[0][0].stop_ns < now_ns - self.seconds_ns:
             self._bytes -= windows.popleft()[1]

@@ -2082,7 +2082,9 @@ struct FatalTable {
   int count = 0;
 };
 FatalTable g_fatal_tables[2];
-std::vector<py::object> g_fatal_keep[2];  // the arrays each table points into
+// The arrays each table points into. Never destroyed: a static's destructor would run
+// after Python's finalisation and release objects of an interpreter that is gone.
+std::vector<py::object>* const g_fatal_keep = new std::vector<py::object>[2];
 std::atomic<int> g_fatal_current{0};
 constexpr int kFatalSignals[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGABRT};
 struct sigaction g_fatal_previous[4];
@@ -2247,6 +2249,9 @@ void install_fatal(const std::string& prefix, int64_t epoch_offset, int64_t star
 
 void uninstall_fatal() {
   if (!g_fatal_installed.exchange(false)) return;
+  g_fatal_tables[0].count = g_fatal_tables[1].count = 0;
+  std::vector<py::object>().swap(g_fatal_keep[0]);
+  std::vector<py::object>().swap(g_fatal_keep[1]);
   for (int i = 0; i < 4; ++i) {
     struct sigaction now{};
     if (sigaction(kFatalSignals[i], nullptr, &now) == 0 &&
