@@ -2,29 +2,22 @@
 
 Three measurements, in one process, in this order:
 
-- Memory (first, so the native region pool starts empty): a tiny-op loop (``torch.add``
-  on 2-element tensors, one thread) runs for longer than ``seconds`` under
-  ``opscope.blackbox(seconds=5, max_mb=16)``. Every 1,000 ops it samples the bytes the
-  box keeps (``box._ring.bytes + box._live_bytes()``) and the process's RSS; it reports
-  their maxima against ``max_mb`` and against the RSS before the box started. The stated
-  fixed overhead is the native pool of 8 free 2 MiB regions (16 MiB) plus one 2 MiB
-  region per recording thread (the live window's region being filled). Each rotation
-  (``box._rotate``, on the monitor thread) is timed, and so is the loop's longest gap
-  between two ops (what a rotation stalls the job).
-- Step time: the transformer LM and conv net of ``bench/workloads.py`` (the cost target)
-  and the tiny-op loop (reported beside them), each repetition running the workload
-  unprofiled, under an empty RecordFunction observer (the floor of any observer,
-  bench/empty_observer.py) and under a black box with the default settings (seconds=30,
-  max_mb=64), in rotating order (``common.interleaved``), one intra-op thread as in
-  overhead.py. Each black-box repetition starts a fresh box, times the workload, and stops
-  the box: start and stop are not timed. At these settings a window closes every 7.5 s or
-  16 MiB, so no rotation falls inside a repetition; the memory figures time rotations.
-  Wall time is the target; the process's CPU time is reported beside it.
+- Memory (first, so the native region pool starts near empty): a tiny-op loop
+  (``torch.add`` on 2-element tensors, one thread) runs for longer than ``seconds`` under
+  ``opscope.blackbox(seconds=5, max_mb=16)``, sampling every 1,000 ops the bytes the box
+  keeps (``box._ring.bytes + box._live_bytes()``) and the RSS: their maxima against
+  ``max_mb`` and the RSS before, with a stated fixed overhead (the native pool's 8 free
+  2 MiB regions, plus one 2 MiB region per recording thread). Rotations are timed, and so
+  is the loop's longest gap between two ops.
+- Step time: the transformer LM and conv net of ``bench/workloads.py`` (target 1.03) and
+  the tiny-op loop, each repetition running the workload unprofiled, under an empty
+  RecordFunction observer (bench/empty_observer.py: the floor of any observer) and under
+  a fresh black box with the default settings (started and stopped outside the timed
+  part), in rotating order (``common.interleaved``), one intra-op thread as overhead.py.
 - Dump: a box with seconds=60, max_mb=128 records 1M tiny ops; then a second thread runs
-  a tiny-op loop while ``box.dump()`` (wait=False) is called. Reported: the time
-  ``dump()`` takes to return, that thread's longest gap between two ops from the call
-  until the background write has finished (the stall the job sees), both in ms per 1M
-  ops in the ring, and the write time.
+  a tiny-op loop while ``box.dump()`` (wait=False) is called: the time ``dump()`` takes
+  to return, that thread's longest gap between two ops until the background write has
+  finished (the stall the job sees), both per 1M ops in the ring, and the write time.
 
     python bench/black_box_cost.py [--quick] [--json PATH] [--reps N] [--threads N]
 """
@@ -221,6 +214,15 @@ def measure_dump(folder: str, ops: int) -> dict:
             "gaps_over_1ms": [(at - t0, g) for at, g in gaps]}
 
 
+def ops_per_run(workload) -> int:
+    """Ops one run of ``workload`` records (an opscope.profile window, not timed)."""
+    import opscope
+
+    with opscope.profile() as prof:
+        workload.run()
+    return len(prof.events())
+
+
 def cost_rows(args, folder: str, default_threads: int):
     rows, raw, targets = [], [], []
     for name in ("transformer", "convnet", "tiny_ops"):
@@ -228,25 +230,43 @@ def cost_rows(args, folder: str, default_threads: int):
         torch.set_num_threads(w.threads or args.threads or default_threads)
         reps = args.reps or (2 if args.quick else REPS[name])
         m = measure_cost(w, reps, warmup=not args.quick, folder=folder)
+        m["ops_per_run"] = ops_per_run(w)
         s, cpu = m["samples_s"], m["cpu_s"]
         base, box = common.median(s["unprofiled"]), common.median(s["black box"])
-        paired = common.median([b / u for b, u in zip(s["black box"], s["unprofiled"])])
-        noise, box_noise = common.spread(s["unprofiled"]), common.spread(s["black box"])
-        r = common.ratio(box, base)
-        floor = common.ratio(common.median(s["empty observer"]), base)
-        cpu_r = common.ratio(common.median(cpu["black box"]), common.median(cpu["unprofiled"]))
-        rows.append([name, reps, base * 1e3, pct(noise), box * 1e3, pct(box_noise), r, paired,
-                     floor, cpu_r, m["dumps"]])
-        raw.append({"workload": name, "description": w.description,
-                    "threads": torch.get_num_threads(), "black_box_over_unprofiled": r,
-                    "paired_ratio": paired, "empty_observer_over_unprofiled": floor,
-                    "cpu_ratio": cpu_r, "unprofiled_iqr_over_median": noise, **m})
-        if name != "tiny_ops":
-            targets.append(common.target(
-                f"{name}: black box / unprofiled ≤ {STEP_LIMIT}", r, STEP_LIMIT, "x",
-                f"unprofiled IQR {pct(noise)}, paired {paired:.3f}, empty observer "
-                f"{floor:.3f}, CPU time {cpu_r:.3f}"))
+        raw.append({
+            "workload": name, "description": w.description, "reps": reps,
+            "threads": torch.get_num_threads(), "unprofiled_s": base, "black_box_s": box,
+            "black_box_over_unprofiled": common.ratio(box, base),
+            "paired_ratio": common.median([b / u for b, u in zip(s["black box"],
+                                                                 s["unprofiled"])]),
+            "empty_observer_over_unprofiled": common.ratio(common.median(s["empty observer"]),
+                                                           base),
+            "cpu_ratio": common.ratio(common.median(cpu["black box"]),
+                                      common.median(cpu["unprofiled"])),
+            "unprofiled_iqr_over_median": common.spread(s["unprofiled"]),
+            "black_box_iqr_over_median": common.spread(s["black box"]), **m})
         torch.set_num_threads(default_threads)
+    # The tiny-op loop's cost per op (median of paired differences), scaled to each step's
+    # ops: what the per-op cost alone predicts, where the steps' own noise hides it.
+    tiny = raw[-1]["samples_s"]
+    per_op = common.median([b - u for b, u in zip(tiny["black box"], tiny["unprofiled"])]
+                           ) / raw[-1]["ops_per_run"]
+    for r in raw:
+        r["per_op_us"] = per_op * 1e6
+        r["predicted_ratio"] = 1 + per_op * r["ops_per_run"] / r["unprofiled_s"]
+        rows.append([r["workload"], r["reps"], r["unprofiled_s"] * 1e3,
+                     pct(r["unprofiled_iqr_over_median"]), r["black_box_s"] * 1e3,
+                     pct(r["black_box_iqr_over_median"]), r["black_box_over_unprofiled"],
+                     r["paired_ratio"], r["empty_observer_over_unprofiled"], r["cpu_ratio"],
+                     r["ops_per_run"], r["predicted_ratio"], r["dumps"]])
+        if r["workload"] != "tiny_ops":
+            targets.append(common.target(
+                f"{r['workload']}: black box / unprofiled ≤ {STEP_LIMIT}",
+                r["black_box_over_unprofiled"], STEP_LIMIT, "x",
+                f"unprofiled IQR {pct(r['unprofiled_iqr_over_median'])}, paired "
+                f"{r['paired_ratio']:.3f}, empty observer "
+                f"{r['empty_observer_over_unprofiled']:.3f}, CPU time {r['cpu_ratio']:.3f}, "
+                f"predicted from the tiny-op cost per op {r['predicted_ratio']:.4f}"))
     return rows, raw, targets
 
 
@@ -298,7 +318,7 @@ def dump_part(dump: dict):
     before = dump["stall_before_s"] * 1e3
     table = common.markdown_table(
         ["ops in ring", "dump() returns ms", "longest gap ms, dump to written",
-         "same before the dump", "ms per 1M ops: return / gap", "write s", "file MB"],
+         "same, 0.45 s before", "ms per 1M ops: return / gap", "write s", "file MB"],
         [[dump["ops_in_ring"], ret_ms, stall_ms, f"{before:.1f}" if before else "< 1",
           f"{ret_ms * per_m:.1f} / {stall_ms * per_m:.1f}", dump["write_s"],
           (dump["file_bytes"] or 0) / 1e6]])
@@ -306,8 +326,9 @@ def dump_part(dump: dict):
             "main thread, then a second thread's tiny-op loop runs during the dump; the ring "
             "also holds that loop's ops):\n\n" + table + "\n\nThe longest gap is between two "
             "consecutive ops of the second thread, from the `dump()` call until the writer "
-            "thread has finished; 'before' is the same over the 0.45 s before the call (gaps "
-            "under 1 ms are not kept; the GIL's switch interval is 5 ms).")
+            "thread has finished; 'before' is the same over the 0.45 s before the call, with no "
+            "dump but the box running (a rotation may fall there). Gaps under 1 ms are not "
+            "kept; the GIL's switch interval is 5 ms.")
     return targets, note
 
 
@@ -351,7 +372,11 @@ def main() -> None:
         "repetition's ratio; 'CPU time ratio' is the same ratio of medians for the "
         "process's CPU time (all threads), less stretched by other processes on the host. "
         "'IQR' is interquartile range / median: a cost smaller than the unprofiled IQR is "
-        "not resolved, and ratios below 1 are noise. 'dumps' counts slow_step dumps written "
+        "not resolved, and ratios below 1 are noise. 'predicted ratio' is 1 + the tiny-op "
+        "loop's cost per op (median of the paired differences black box - unprofiled, "
+        "divided by its ops) x the workload's ops per run / its unprofiled time: what the "
+        "per-op cost alone adds, which the steps' noise cannot resolve at a few percent. "
+        "'dumps' counts slow_step dumps written "
         f"during timed runs. Intra-op threads: {args.threads or default_threads} "
         "(tiny_ops: 1).",
         "Workloads: " + "; ".join(f"{r['workload']}: {r['description']}" for r in raw) + ".",
@@ -361,7 +386,8 @@ def main() -> None:
                    "machine": common.machine_info(),
                    "columns": ["workload", "reps", "unprofiled ms", "unprofiled IQR",
                                "black box ms", "black box IQR", "ratio", "paired",
-                               "empty observer ratio", "CPU time ratio", "dumps"],
+                               "empty observer ratio", "CPU time ratio", "ops per run",
+                               "predicted ratio", "dumps"],
                    "rows": rows, "targets": targets + mem_targets + dump_targets,
                    "notes": notes,
                    "raw": {"cost": raw, "memory": mem, "dump": dump}}, args)

@@ -298,3 +298,40 @@ def test_an_empty_profile_renders_every_view(browser, artifacts, tmp_path):
         "document.getElementById('view-overview').textContent")
     assert page.rows("#op-table tbody tr", [0]) == []
     page.check_clean()
+
+
+def test_a_black_box_dump_opens_at_its_reason_with_the_slow_step_op_by_op(
+        browser, artifacts, tmp_path):
+    import time
+
+    import torch
+
+    import opscope
+    from opscope.analysis.build import load_session
+    from opscope.report import write_report
+
+    model = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with opscope.blackbox(dir=str(tmp_path), seconds=30) as box:
+        for step in range(10):
+            model(torch.randn(4, 16)).sum().backward()
+            if step == 8:
+                with torch.profiler.record_function("injected_stall"):
+                    time.sleep(0.3)
+            opt.step()
+            opt.zero_grad()
+            time.sleep(0.01)
+    (dump,) = tmp_path.glob("*.blackbox.slow_step.*")
+    path = tmp_path / "dump.html"
+    write_report(load_session(str(dump)), str(path))
+    page = ReportPage(browser, path, artifacts, "black-box")
+    page.page.wait_for_selector("#view-black_box.active")  # it opens at the reason
+    assert page.js("document.getElementById('black-box-reason').textContent") == \
+        "Written for: slow_step"
+    assert "mostly injected_stall" in page.js(
+        "document.getElementById('black-box-accounts').textContent")
+    rows = page.rows("#black-box-steps tbody tr", [0, 4, 5])
+    assert rows[0] == ["injected_stall", "1", "0"]
+    assert ["aten::addmm", "1", "1"] in rows  # op by op: the same ops in both steps
+    page.show("operators")  # the other views still work
+    page.check_clean()

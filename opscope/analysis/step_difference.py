@@ -32,20 +32,33 @@ from opscope.model.events import EventTable
 def step_difference(table: EventTable, slow: Tuple[int, int], typical: Tuple[int, int],
                     top: int = 5) -> List[Dict[str, Any]]:
     """The ``top`` op names whose self time grew most from ``typical`` to ``slow``."""
+    rows = step_rows(table, slow, typical)
+    return [{k: r[k] for k in ("name", "slow_us", "typical_us", "extra_us")}
+            for r in rows[:top] if r["extra_us"] > 0]
+
+
+def step_rows(table: EventTable, slow: Tuple[int, int],
+              typical: Tuple[int, int]) -> List[Dict[str, Any]]:
+    """Every op name that ran in either step, op by op: calls and self time in each,
+    largest growth first (the diff view of two steps)."""
     size = len(table.symbols)
     if len(table) == 0 or size == 0:
         return []
-    slow_ns = _self_by_name(table, slow, size)
-    typical_ns = _self_by_name(table, typical, size)
+    slow_ns, slow_calls = _self_by_name(table, slow, size)
+    typical_ns, typical_calls = _self_by_name(table, typical, size)
     extra = slow_ns - typical_ns
-    order = np.argsort(-extra, kind="stable")[:top]
+    ran = np.flatnonzero((slow_calls > 0) | (typical_calls > 0))
+    order = ran[np.argsort(-extra[ran], kind="stable")]
     return [{"name": table.symbols[int(i)], "slow_us": int(slow_ns[i]) / 1e3,
-             "typical_us": int(typical_ns[i]) / 1e3, "extra_us": int(extra[i]) / 1e3}
-            for i in order if extra[i] > 0]
+             "typical_us": int(typical_ns[i]) / 1e3, "extra_us": int(extra[i]) / 1e3,
+             "slow_calls": int(slow_calls[i]), "typical_calls": int(typical_calls[i])}
+            for i in order]
 
 
-def _self_by_name(table: EventTable, window: Tuple[int, int], size: int) -> np.ndarray:
+def _self_by_name(table: EventTable, window: Tuple[int, int], size: int):
+    """(self ns, calls) per name id, of the events that start within ``window``."""
     start = table.start_ns
     inside = (start >= window[0]) & (start < window[1])
-    return np.bincount(table.name_id[inside], weights=table.self_ns[inside],
-                       minlength=size).astype(np.int64)
+    names = table.name_id[inside]
+    return (np.bincount(names, weights=table.self_ns[inside], minlength=size).astype(np.int64),
+            np.bincount(names, minlength=size))

@@ -80,6 +80,8 @@ def write_dump(windows: List[RawSession], path: str, facts: Dict[str, Any],
     if facts.get("slow_step") and facts.get("typical_step"):
         facts["slow_ops"] = step_difference(session.table, tuple(facts["slow_step"]),
                                             tuple(facts["typical_step"]))
+        for name in ("slow_step", "typical_step"):  # on the trace's clock, for the report
+            facts[f"{name}_unix_ns"] = [t + raw.epoch_offset_ns for t in facts[name]]
     metadata = dict(session.metadata, **extra_metadata)
     metadata[BLACKBOX_KEY] = json.dumps(facts, separators=(",", ":"))
     session = dataclasses.replace(session, metadata=metadata, _derived={})

@@ -11,8 +11,8 @@ Example::
     >>> from opscope.model.session import ProfileSession
     >>> data = report_data(ProfileSession(EventTable.from_raw(RawSession.empty())))
     >>> sorted(data)  # doctest: +NORMALIZE_WHITESPACE
-    ['compiled', 'flame', 'kernels', 'memory', 'meta', 'modules', 'operators', 'overview',
-     'recommendations', 'timeline']
+    ['black_box', 'compiled', 'flame', 'kernels', 'memory', 'meta', 'modules', 'operators',
+     'overview', 'recommendations', 'timeline']
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 
 from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
+from opscope.report.black_box import black_box_view
 from opscope.report.compiled import compiled_view
 from opscope.report.flame import flame_tree
 from opscope.report.kernels import kernel_view
@@ -66,6 +67,7 @@ def report_data(session: ProfileSession, *, title: Optional[str] = None,
         "memory": memory_timeline(session),
         "kernels": kernel_view(session),
         "recommendations": advice,
+        "black_box": black_box_view(session),
     }
 
 

@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any, Dict
 
 SCRIPTS = ("core.js", "overview.js", "operators.js", "flame.js", "timeline.js", "kernels.js",
-           "compiled.js", "views.js")
+           "compiled.js", "black_box.js", "views.js")
 # a job's report (data with "ranks") adds the Ranks view; views.js stays last (it starts the page)
 JOB_SCRIPTS = SCRIPTS[:-1] + ("ranks.js", "ranks_timeline.js") + SCRIPTS[-1:]
 
