@@ -57,8 +57,7 @@ def start_box(folder: str, **options):
 
 
 def stop_box(box) -> None:
-    """Stop ``box``, and take out the optimizer hook it installed (stop() leaves it), so the
-    unprofiled repetitions run without it."""
+    """Stop ``box``; remove the optimizer hook it installed (stop() leaves it there)."""
     from opscope.step_tracker import untrack_optimizer_steps
 
     box.stop()
@@ -128,7 +127,6 @@ def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> 
     warm = start_box(folder, seconds=seconds, max_mb=max_mb)  # imports, first-use pages
     for _ in range(1000):
         add()
-    time.sleep(0.3)
     stop_box(warm)
     gc.collect()
     pool_before = native.pooled_region_bytes()
@@ -158,14 +156,13 @@ def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> 
         with box._lock:  # not between a window's close and the next one's start
             kept_max = max(kept_max, box._ring.bytes + box._live_bytes())
         rss_max = max(rss_max, common.rss_bytes())
-    ring_windows = len(box._ring.windows())
     stop_box(box)
     gc.collect()
     return {"seconds": seconds, "max_mb": max_mb, "run_s": prev - start, "ops": ops,
             "kept_max_bytes": kept_max, "rss_growth_max_bytes": rss_max - base_rss,
             "rss_growth_after_stop_bytes": common.rss_bytes() - base_rss,
             "pool_before_bytes": pool_before, "pool_after_bytes": native.pooled_region_bytes(),
-            "ring_windows_at_end": ring_windows, "rotations_s": rotations,
+            "rotations_s": rotations,
             "chunk_max_gap_s": gaps, "dumps": len(box.dumps)}
 
 
@@ -192,6 +189,7 @@ def measure_dump(folder: str, ops: int) -> dict:
     loop = threading.Thread(target=op_loop, args=(tiny_adds(), stop, gaps))
     loop.start()
     time.sleep(0.5)  # the loop alone: its gaps without a dump
+    live = box._live_bytes()
     t0 = time.perf_counter()
     path = box.dump()
     t1 = time.perf_counter()
@@ -208,8 +206,9 @@ def measure_dump(folder: str, ops: int) -> dict:
     def longest(lo, hi):  # the longest gap that overlaps [lo, hi]
         return max([g for at, g in gaps if at < hi and at + g > lo] or [0.0])
 
-    return {"ops_recorded": ops, "ops_in_ring": in_ring, "return_s": t1 - t0,
-            "write_s": t2 - t1, "stall_s": longest(t0, t2),
+    return {"ops_recorded": ops, "ops_in_ring": in_ring, "live_bytes": live,
+            "return_s": t1 - t0, "write_s": t2 - t1, "stall_s": longest(t0, t2),
+            "stall_call_s": longest(t0, t1), "stall_write_s": longest(t1, t2),
             "stall_before_s": longest(t0 - 0.45, t0 - 1e-4), "file_bytes": size,
             "gaps_over_1ms": [(at - t0, g) for at, g in gaps]}
 
@@ -315,20 +314,24 @@ def dump_part(dump: dict):
                       "1M ops in the ring", stall_ms * per_m, STALL_MS_PER_M, " ms/1M ops",
                       f"{stall_ms:.1f} ms; the write took {dump['write_s']:.2f} s in the "
                       "background")]
-    before = dump["stall_before_s"] * 1e3
+    gaps = [f"{dump[k] * 1e3:.1f}" if dump[k] else "< 1"
+            for k in ("stall_call_s", "stall_write_s", "stall_before_s")]
     table = common.markdown_table(
-        ["ops in ring", "dump() returns ms", "longest gap ms, dump to written",
-         "same, 0.45 s before", "ms per 1M ops: return / gap", "write s", "file MB"],
-        [[dump["ops_in_ring"], ret_ms, stall_ms, f"{before:.1f}" if before else "< 1",
+        ["ops in ring", "live window MiB", "dump() returns ms", "longest gap ms: in dump() "
+         "/ in the write / 0.45 s before", "ms per 1M ops: return / gap", "write s",
+         "file MB"],
+        [[dump["ops_in_ring"], dump["live_bytes"] / MIB, ret_ms, " / ".join(gaps),
           f"{ret_ms * per_m:.1f} / {stall_ms * per_m:.1f}", dump["write_s"],
           (dump["file_bytes"] or 0) / 1e6]])
     note = (f"Dump (seconds=60, max_mb=128, {dump['ops_recorded']:,} tiny ops recorded by the "
             "main thread, then a second thread's tiny-op loop runs during the dump; the ring "
-            "also holds that loop's ops):\n\n" + table + "\n\nThe longest gap is between two "
-            "consecutive ops of the second thread, from the `dump()` call until the writer "
-            "thread has finished; 'before' is the same over the 0.45 s before the call, with no "
-            "dump but the box running (a rotation may fall there). Gaps under 1 ms are not "
-            "kept; the GIL's switch interval is 5 ms.")
+            "also holds that loop's ops):\n\n" + table + "\n\nA gap is between two consecutive "
+            "ops of the second thread: while `dump()` runs (it closes the live window, whose "
+            "records the native stop copies holding the GIL, so its time follows the live "
+            "window's size, up to a quarter of max_mb), while the writer thread builds and "
+            "writes the trace, and over the 0.45 s before the call (the box running, no dump; "
+            "a rotation may fall there). Gaps under 1 ms are not kept; the GIL's switch "
+            "interval is 5 ms.")
     return targets, note
 
 
@@ -361,24 +364,21 @@ def main() -> None:
     mem_targets, mem_note = memory_part(mem)
     dump_targets, dump_note = dump_part(dump)
     notes = [
-        f"opscope collector: {collector}. Step time: medians in ms of the workload under a "
-        "black box with the default settings (seconds=30, max_mb=64, slow_step=3), each "
-        "repetition a fresh box started and stopped outside the timed part (no rotation "
-        "falls inside one), interleaved with unprofiled runs and runs under an empty "
-        "RecordFunction observer (bench/empty_observer.py: the floor of any observer) in "
-        "rotating order, after one warm-up of each (none with --quick). The optimizer hook "
-        "a box installs is removed after each stop, so unprofiled runs have none. 'ratio' "
-        "is the ratio of the medians (the target); 'paired' is the median of each "
-        "repetition's ratio; 'CPU time ratio' is the same ratio of medians for the "
-        "process's CPU time (all threads), less stretched by other processes on the host. "
-        "'IQR' is interquartile range / median: a cost smaller than the unprofiled IQR is "
-        "not resolved, and ratios below 1 are noise. 'predicted ratio' is 1 + the tiny-op "
-        "loop's cost per op (median of the paired differences black box - unprofiled, "
-        "divided by its ops) x the workload's ops per run / its unprofiled time: what the "
-        "per-op cost alone adds, which the steps' noise cannot resolve at a few percent. "
-        "'dumps' counts slow_step dumps written "
-        f"during timed runs. Intra-op threads: {args.threads or default_threads} "
-        "(tiny_ops: 1).",
+        f"opscope collector: {collector}. Step time: medians in ms of the workload, each "
+        "repetition running it unprofiled, under an empty RecordFunction observer "
+        "(bench/empty_observer.py: the floor of any observer) and under a fresh black box "
+        "with the default settings (seconds=30, max_mb=64, slow_step=3; started and stopped "
+        "outside the timed part, so no rotation falls inside), in rotating order after one "
+        "warm-up of each (none with --quick). The optimizer hook a box installs is removed "
+        "after each stop. 'ratio' is the ratio of the medians (the target); 'paired' the "
+        "median of each repetition's ratio; 'CPU time ratio' the ratio of the medians of "
+        "the process's CPU time (all threads), less stretched by other processes. 'IQR' is "
+        "interquartile range / median: a cost smaller than the unprofiled IQR is not "
+        "resolved, and ratios below 1 are noise. 'predicted ratio' is 1 + the tiny-op "
+        "loop's cost per op (median of its paired differences black box - unprofiled, over "
+        "its ops) x the workload's ops per run / its unprofiled time: what the per-op cost "
+        "alone adds. 'dumps': slow_step dumps written during timed runs. Intra-op threads: "
+        f"{args.threads or default_threads} (tiny_ops: 1).",
         "Workloads: " + "; ".join(f"{r['workload']}: {r['description']}" for r in raw) + ".",
         mem_note, dump_note, f"Whole run: {time.perf_counter() - t_start:.0f} s."]
     common.finish({"title": "Black box: cost while running",

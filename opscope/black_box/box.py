@@ -189,9 +189,9 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                            metadata={name: "1" for name, on in self.options.items() if on},
                            wire=set_recording_collector)
         window.start()
-        self._window = window
         self._window_start = (time.monotonic_ns(), self._collector.taken_bytes(),
                               self._collector.now_ns())
+        self._window = window  # after its start: _live_bytes() reads both unlocked
         self._register_fatal()
 
     def _close_window(self) -> None:

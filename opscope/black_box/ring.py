@@ -112,5 +112,6 @@ def _newest(raw: RawSession, max_bytes: int) -> RawSession:
     keep = max(0, max_bytes // per_record)
     if keep == 0:
         return records_since(raw, np.iinfo(np.int64).max)
-    ends = np.sort(raw.records["end_ns"])
-    return records_since(raw, int(ends[len(ends) - keep]))
+    ends = raw.records["end_ns"]
+    cut = len(ends) - keep  # the keep-th latest end, found without a sort
+    return records_since(raw, int(np.partition(ends, cut)[cut]))

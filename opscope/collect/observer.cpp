@@ -1973,30 +1973,41 @@ py::tuple stop() {
       PyByteArray_FromStringAndSize(nullptr, Py_ssize_t(total * sizeof(Record))));
   if (!blob) throw py::error_already_set();
   Record* dst = reinterpret_cast<Record*>(PyByteArray_AS_STRING(blob.ptr()));
-  py::list shapes, tids;
-  for (ThreadBuffer* t : s->threads) {
-    dst = copy_records(*t, dst, stop_point);
-    shapes.append(py::bytes(t->shapes.joined()));
-    tids.append(t->os_tid);
-    t->shapes.release();
-    t->stopped.store(true, std::memory_order_release);
-  }
-  size_t n_mem = 0;
-  for (ThreadBuffer* t : s->threads) n_mem += t->memory.size();
-  std::string mem_blob(n_mem * sizeof(MemRecord), '\0');
-  MemRecord* mem_out = reinterpret_cast<MemRecord*>(&mem_blob[0]);
-  for (ThreadBuffer* t : s->threads) {
-    std::memcpy(mem_out, t->memory.data(), t->memory.size() * sizeof(MemRecord));
-    mem_out += t->memory.size();
-    std::vector<MemRecord>().swap(t->memory);
-  }
-  if (g_use_tsc) {
-    MemRecord* m = reinterpret_cast<MemRecord*>(&mem_blob[0]);
-    double span = double(stop_point.ticks - g_load_point.ticks);
-    double scale = span > 0 ? double(stop_point.ns - g_load_point.ns) / span : 1.0;
-    for (size_t i = 0; i < n_mem; ++i) {
-      m[i].time_ns = g_load_point.ns + int64_t(double(m[i].time_ns - g_load_point.ticks) * scale);
+  // The copy touches no Python object: other Python threads (the job's) run meanwhile,
+  // so a black box rotating its window, or a dump, does not stall them for the copy.
+  std::vector<std::string> shape_blobs;
+  std::string mem_blob;
+  {
+    py::gil_scoped_release no_gil;
+    for (ThreadBuffer* t : s->threads) {
+      dst = copy_records(*t, dst, stop_point);
+      shape_blobs.push_back(t->shapes.joined());
+      t->shapes.release();
+      t->stopped.store(true, std::memory_order_release);
     }
+    size_t n_mem = 0;
+    for (ThreadBuffer* t : s->threads) n_mem += t->memory.size();
+    mem_blob.assign(n_mem * sizeof(MemRecord), '\0');
+    MemRecord* mem_out = reinterpret_cast<MemRecord*>(&mem_blob[0]);
+    for (ThreadBuffer* t : s->threads) {
+      std::memcpy(mem_out, t->memory.data(), t->memory.size() * sizeof(MemRecord));
+      mem_out += t->memory.size();
+      std::vector<MemRecord>().swap(t->memory);
+    }
+    if (g_use_tsc) {
+      MemRecord* m = reinterpret_cast<MemRecord*>(&mem_blob[0]);
+      double span = double(stop_point.ticks - g_load_point.ticks);
+      double scale = span > 0 ? double(stop_point.ns - g_load_point.ns) / span : 1.0;
+      for (size_t i = 0; i < n_mem; ++i) {
+        m[i].time_ns =
+            g_load_point.ns + int64_t(double(m[i].time_ns - g_load_point.ticks) * scale);
+      }
+    }
+  }
+  py::list shapes, tids;
+  for (size_t i = 0; i < s->threads.size(); ++i) {
+    shapes.append(py::bytes(shape_blobs[i]));
+    tids.append(s->threads[i]->os_tid);
   }
   py::object stacks = py::none();
   if (s->with_stack) stacks = collect_stacks(s->threads, total);
