@@ -23,7 +23,7 @@ import common
 
 SCRIPTS = ("overhead.py", "postprocess.py", "trace_size.py", "collector_memory.py",
            "record_function_idle.py", "feature_costs.py", "ranks_scale.py", "instructions.py",
-           "ten_million.py", "ranks_thousand.py")
+           "ten_million.py", "ranks_thousand.py", "black_box_cost.py")
 
 
 def run_script(script: str, quick: bool, folder: str) -> dict:

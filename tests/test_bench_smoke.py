@@ -39,6 +39,8 @@ EXPECTED = {
                        ["| default | 2,000 |", "| default | 20,000 |", "| record_shapes |"]),
     "ranks_thousand.py": ("| verb | command |",
                           ["| ranks DIR |", "| merge |", "| convert |", "| ranks STORE |"]),
+    "black_box_cost.py": ("| workload | reps |",
+                          ["| transformer |", "| convnet |", "| tiny_ops |"]),
     # valgrind's callgrind; without it the script prints an empty table
     "instructions.py": ("| workload | row |",
                         ["| tiny_ops | opscope default |", "| mlp | empty observer |"]

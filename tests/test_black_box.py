@@ -216,3 +216,55 @@ def test_a_cut_or_forged_crash_file_is_one_error_naming_it(tmp_path):
         path.write_bytes(body)
         with pytest.raises(TraceLoadError, match="x.blackbox.fatal.1.raw"):
             read_raw_black_box(str(path))
+
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 64 KiB tmpfs (root only; skipped elsewhere), unmounted afterwards."""
+    import subprocess
+
+    if not IS_ROOT:
+        pytest.skip("a full disk or a read-only mount needs root (a 64 KiB tmpfs)")
+    folder = tmp_path / "mount"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs",
+                           str(folder)], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_disk_or_a_read_only_folder_is_one_warning_per_dump(small_mount, fault,
+                                                                   no_black_box):
+    import errno
+    import subprocess
+
+    with opscope.blackbox(dir=str(small_mount), seconds=10) as box:
+        if fault == "full":
+            with pytest.raises(OSError) as full:  # fill the disk to its last block
+                with open(small_mount / "filler", "wb") as filler:
+                    while True:
+                        filler.write(b"\0" * 4096)
+                        filler.flush()
+            assert full.value.errno == errno.ENOSPC
+            expected = "No space left on device"
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True,
+                           timeout=60)
+            expected = "Read-only file system"
+        for _ in range(200):
+            torch.ones(8).add_(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert box.dump(wait=True) is None
+        lines = [str(w.message) for w in caught]
+        assert len(lines) == 1 and expected in lines[0] and "\n" not in lines[0], lines
+        assert box.running and torch.ones(2).sum().item() == 2  # the job goes on
+    assert not [p for p in small_mount.iterdir() if ".blackbox." in p.name]  # no half file
