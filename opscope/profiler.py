@@ -26,7 +26,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from opscope.activity import ProfilerActivity, resolve_activity_configs
-from opscope.black_box.box import lend_to_profile, shared_with_black_box
+from opscope.black_box.registry import lend_to_profile, shared_with_black_box
 from opscope.analysis.build import build_session
 from opscope.arguments import check_bool, check_callable, check_name
 from opscope.collect.collector import Collector

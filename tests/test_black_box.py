@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import opscope
-from opscope.black_box import box as box_module
+from opscope.black_box import registry as box_module
 from opscope.black_box.job import parse_post
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import StepWatch
@@ -268,3 +268,28 @@ def test_a_full_disk_or_a_read_only_folder_is_one_warning_per_dump(small_mount, 
         assert len(lines) == 1 and expected in lines[0] and "\n" not in lines[0], lines
         assert box.running and torch.ones(2).sum().item() == 2  # the job goes on
     assert not [p for p in small_mount.iterdir() if ".blackbox." in p.name]  # no half file
+
+
+def test_follow_fork_starts_a_black_box_of_its_own_in_the_child(tmp_path, no_black_box):
+    import time
+
+    with opscope.blackbox(dir=str(tmp_path), seconds=10, follow_fork=True) as box:
+        pid = os.fork()
+        if pid == 0:  # the child: a new black box, its own ring, its own dump
+            code = 3
+            try:
+                deadline = time.monotonic() + 30
+                while box_module.active() is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                child = box_module.active()
+                if child is not None and child is not box:
+                    torch.ones(5).mul_(3)
+                    path = child.dump(wait=True)
+                    code = 0 if path and "aten::mul_" in trace_counts(path) else 4
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert box_module.active() is box
+    (dump,) = tmp_path.glob("*.blackbox.manual.*")
+    assert trace_counts(dump)["aten::mul_"] == 1  # only the child's op: its ring was empty

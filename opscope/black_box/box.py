@@ -15,7 +15,8 @@ then the signal does what it did), ``slow_step``, ``stall``
 
 An ``opscope.profile`` started meanwhile takes the collector over; when it
 stops, its records join the ring, so neither loses an op. In a forked child
-(a DataLoader worker) the black box is gone: the child records nothing.
+(a DataLoader worker) the black box is gone, unless made with ``follow_fork``: then
+the child starts its own, with an empty ring (``black_box.registry``).
 
 Example::
 
@@ -40,6 +41,7 @@ from opscope.arguments import check_bool, check_path, check_positive
 from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
 from opscope.black_box.fatal import FatalDump
 from opscope.black_box.job import JobDumps, post_dump
+from opscope.black_box import registry
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
 from opscope.collect.recording import Recording
@@ -52,8 +54,6 @@ TICK_S = 0.05  # the monitor's period: at a million ops a second a window grows 
 MIN_DUMP_GAP_S = 1.0  # between two dumps that are not the job's last (rate limit)
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_modules")
 
-_active_lock = threading.Lock()
-_active: Optional["blackbox"] = None
 
 
 class blackbox:  # noqa: N801 - named as opscope.profile is
@@ -62,7 +62,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
     def __init__(self, dir: str = "opscope-blackbox", seconds: float = 30,  # noqa: A002
                  max_mb: float = 64, slow_step: float = 3.0, record_shapes: bool = False,
                  profile_memory: bool = False, with_stack: bool = False,
-                 with_modules: bool = False):
+                 with_modules: bool = False, follow_fork: bool = False):
         self.dir = check_path("blackbox", "dir", dir)
         self.seconds = check_positive("blackbox", "seconds", seconds)
         self.max_mb = check_positive("blackbox", "max_mb", max_mb)
@@ -72,6 +72,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
                              f"step), got {slow_step!r}")
         self.options = {name: check_bool("blackbox", name, value) for name, value in zip(
             OPTION_NAMES, (record_shapes, profile_memory, with_stack, with_modules))}
+        self.follow_fork = check_bool("blackbox", "follow_fork", follow_fork)
         self._lock = threading.RLock()
         self._ring = Ring(self.seconds, int(self.max_mb * 2 ** 20))
         self._collector: Any = None
@@ -106,7 +107,6 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
     def start(self) -> None:
         """Begin keeping the last ``seconds``; a job without the native collector goes on
         with one warning line and no black box."""
-        global _active
         if self._running:
             raise RuntimeError("opscope.blackbox: already running; stop() it first")
         from opscope.collect import choose_collector
@@ -116,14 +116,7 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             warnings.warn("opscope: the black box needs the native collector; it is off",
                           RuntimeWarning, stacklevel=2)
             return
-        with _active_lock:
-            running = _active if _active is not None and _active._running else None
-        if running is not None and running is not self:
-            if not running.yields:
-                raise RuntimeError("opscope.blackbox: another black box runs in this process")
-            running.stop()  # opscope run's or OPSCOPE_BLACKBOX's: the script's own wins
-        with _active_lock:
-            _active = self
+        registry.claim(self)
         self._collector, self._running, self._owner = collector, True, os.getpid()
         self.script = script_name(self.script)  # the script's, as it is now
         self._folder = os.path.abspath(self.dir)  # where the job runs now
@@ -150,7 +143,6 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
 
     def stop(self) -> None:
         """Stop keeping; dumps being written are finished first. What was kept is dropped."""
-        global _active
         if not self._running or os.getpid() != self._owner:
             return
         self._running = False
@@ -172,13 +164,35 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
         for writer in list(self._writers):
             writer.join()
         self._ring.clear()
-        with _active_lock:
-            if _active is self:
-                _active = None
+        registry.release(self)
 
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def owner(self) -> int:
+        """The process the black box records in (a forked child is not it)."""
+        return self._owner
+
+    def drop_after_fork(self) -> None:
+        """In a forked child: this black box is the parent's; nothing of it runs here."""
+        self._running = False
+        window, self._window = self._window, None
+        if window is not None:
+            window.forget_after_fork()  # its probes' hooks are the parent's
+        if self._fatal is not None:
+            self._fatal.uninstall()  # a crash here writes nothing of the parent's
+        self._lock = threading.RLock()
+
+    def again_in_child(self) -> None:
+        """``follow_fork``: the same settings, an empty ring, in this child."""
+        try:
+            blackbox(self.dir, self.seconds, self.max_mb, self.slow_step,
+                     follow_fork=True, **self.options).start()
+        except Exception as exc:  # noqa: BLE001 - never harm the child
+            warnings.warn(f"opscope: no black box in the forked child: {exc}",
+                          RuntimeWarning, stacklevel=1)
 
     # -- windows ------------------------------------------------------------------------
     def _open_window(self) -> None:
@@ -354,47 +368,5 @@ class blackbox:  # noqa: N801 - named as opscope.profile is
             pass
 
 
-def active() -> Optional[blackbox]:
-    """The black box running in this process, or None."""
-    box = _active
-    return box if box is not None and box.running and box._owner == os.getpid() else None
-
-
 def _nothing(_path: Optional[str], _why: str) -> None:
     """The default ``on_done``."""
-
-
-def lend_to_profile() -> None:
-    """An ``opscope.profile`` window starts: the running black box (if any) closes its
-    window and records nothing until the profile's window stops (or is dropped)."""
-    box = active()
-    if box is not None:
-        box.pause()
-
-
-def shared_with_black_box(raw):
-    """A profile's window stopped: the paused black box keeps its records and records
-    again. Returns ``raw``, unchanged."""
-    box = active()
-    if box is not None:
-        box.resume(raw)
-    return raw
-
-
-def _forget_after_fork() -> None:
-    """In a forked child: no black box (its threads stayed in the parent)."""
-    global _active, _active_lock
-    _active_lock = threading.Lock()
-    box, _active = _active, None
-    if box is not None:
-        box._running = False
-        window, box._window = box._window, None
-        if window is not None:
-            window.forget_after_fork()  # its probes' hooks are the parent's
-        if box._fatal is not None:
-            box._fatal.uninstall()  # a crash here writes nothing of the parent's
-        box._lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)

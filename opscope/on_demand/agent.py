@@ -135,7 +135,7 @@ class OnDemandAgent:
     def _dump_black_box(self, request: Dict[str, Any]) -> None:
         """``opscope trigger --black-box``: the running black box writes its ring now, and
         the answer is its file (or why there is none)."""
-        from opscope.black_box.box import active
+        from opscope.black_box.registry import active
 
         box = active()
         if box is None:
