@@ -250,7 +250,8 @@ def test_launch_passes_every_run_option_to_the_ranks():
     parser = build_parser()
     argv = ["run", "--nproc-per-node", "2", "-o", "out", "--schedule", "1,2,3,4", "--sort",
             "count", "--row-limit", "7", "--record-shapes", "--memory", "--stack", "--modules",
-            "--flops", "--report", "--hang-after", "2.5", "train.py", "--lr", "1",
+            "--flops", "--report", "--hang-after", "2.5", "--black-box",
+            "--black-box-seconds", "12.5", "train.py", "--lr", "1",
             "-o", "x"]
     args = parser.parse_args(argv)
     run_parser = parser._subparsers._group_actions[0].choices["run"]

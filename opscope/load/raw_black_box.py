@@ -22,7 +22,9 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import struct
 from typing import List, Optional
 
@@ -42,12 +44,18 @@ NAMES, WINDOW = 1, 2
 
 
 def is_raw_black_box(path: str) -> bool:
-    """True when the file at ``path`` starts as a black box crash dump."""
+    """True when the file at ``path`` is a regular file that starts as a black box crash
+    dump (a FIFO, device or socket is not opened for reading: it could block)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def read_raw_black_box(path: str, max_bytes: Optional[int] = None) -> RawSession:
