@@ -33,3 +33,16 @@ def run_in_group(cmd: Sequence[str], *, timeout: float, env: Optional[dict] = No
 
 
 
+
+
+def fill_disk(folder) -> None:
+    """Fill the file system holding ``folder`` (a small tmpfs) to its last block; the write
+    that finds it full must fail with ENOSPC."""
+    import errno
+
+    with pytest.raises(OSError) as full:
+        with open(os.path.join(folder, "filler"), "wb") as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+                filler.flush()
+    assert full.value.errno == errno.ENOSPC

@@ -24,6 +24,7 @@ from opscope.load import TraceLoadError, read_trace
 from opscope.load.raw_black_box import MAGIC, _HEADER, read_raw_black_box
 from opscope.model.raw_join import join_raw
 from opscope.model.records import RECORD_DTYPE, RawSession
+from subprocesses import fill_disk
 
 STEPS = 4
 
@@ -243,17 +244,11 @@ def small_mount(tmp_path):
 @pytest.mark.parametrize("fault", ["full", "read-only"])
 def test_a_full_disk_or_a_read_only_folder_is_one_warning_per_dump(small_mount, fault,
                                                                    no_black_box):
-    import errno
     import subprocess
 
     with opscope.blackbox(dir=str(small_mount), seconds=10) as box:
         if fault == "full":
-            with pytest.raises(OSError) as full:  # fill the disk to its last block
-                with open(small_mount / "filler", "wb") as filler:
-                    while True:
-                        filler.write(b"\0" * 4096)
-                        filler.flush()
-            assert full.value.errno == errno.ENOSPC
+            fill_disk(small_mount)
             expected = "No space left on device"
         else:
             subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True,

@@ -10,7 +10,6 @@ once, and the last window is still exported elsewhere afterwards. A user's own
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ import torch
 
 import opscope
 from opscope.cli.results import OUTPUTS, Output, WindowWriter
+from subprocesses import fill_disk
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 HANDLERS = {"tensorboard_trace_handler": opscope.tensorboard_trace_handler,
@@ -110,12 +110,7 @@ def test_full_disk_never_stops_training_and_each_handler_warns_once(out_folder, 
     if not IS_ROOT:
         pytest.skip("a real full disk needs root (a 64 KiB tmpfs)")
     handlers = _handlers(out_folder)
-    with pytest.raises(OSError) as full:  # fill the disk to its last block
-        with open(out_folder / "filler", "wb") as filler:
-            while True:
-                filler.write(b"\0" * 4096)
-                filler.flush()
-    assert full.value.errno == errno.ENOSPC
+    fill_disk(out_folder)
     prof, steps, messages = _train(handlers)
     _assert_went_on(prof, steps, messages, out_folder, "No space left on device", tmp_path)
 
