@@ -41,8 +41,16 @@ def read_trace(path: "str | os.PathLike[str]", *, max_bytes: Optional[int] = Non
     """
     check_choice("load_session", "python_functions", python_functions,
                  (None,) + PYTHON_FUNCTION_RULES)
-    file = resolve_trace_path(path)
-    if is_raw_black_box(file):  # a black box's crash dump: the ring as the crash left it
+    return read_trace_file(resolve_trace_path(path), max_bytes, python_functions, lean,
+                           scanner)
+
+
+def read_trace_file(file: str, max_bytes: Optional[int] = None,
+                    python_functions: Optional[str] = None, lean: bool = False,
+                    scanner: Optional[Callable[[str], Any]] = None) -> RawSession:
+    """``read_trace`` of a file already resolved: a black box's crash dump (the ring as the
+    crash left it, ``raw_black_box``), else a trace read in bounded memory."""
+    if is_raw_black_box(file):
         return read_raw_black_box(file, max_bytes)
     with collection_paused(), malformed_is_load_error(file):
         return stream_trace(file, max_bytes, python_functions, lean,

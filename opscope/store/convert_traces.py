@@ -55,13 +55,10 @@ def _convert_one(writer, path: str, max_bytes: Optional[int],
                  python_functions: Optional[str]) -> Tuple[int, RankFacts, int]:
     """Load, reduce and write one trace; (rank, its facts, events written)."""
     from opscope.analysis.build import build_session
-    from opscope.load.raw_black_box import is_raw_black_box, read_raw_black_box
-    from opscope.load.read import collection_paused, malformed_is_load_error
-    from opscope.load.trace_stream import stream_trace
+    from opscope.load.read import collection_paused, malformed_is_load_error, read_trace_file
 
     with collection_paused(), malformed_is_load_error(path):
-        raw = (read_raw_black_box(path, max_bytes) if is_raw_black_box(path)
-               else stream_trace(path, max_bytes, python_functions))
+        raw = read_trace_file(path, max_bytes, python_functions)
         session = build_session(raw)
     del raw
     rank = session_rank(session, path)
