@@ -21,35 +21,26 @@ import os
 import warnings
 from typing import Any, Mapping, Optional
 
+from opscope.env_switch import in_multiprocessing_child, requested, switched_on
+
 ENABLE_ENV = "OPSCOPE_BLACKBOX"
 DIR_ENV = "OPSCOPE_BLACKBOX_DIR"
 SECONDS_ENV = "OPSCOPE_BLACKBOX_SECONDS"
 DEFAULT_DIR = "opscope-blackbox"
-OFF = ("", "0", "false", "no", "off")
 
 
 def black_box_requested(environ: Optional[Mapping[str, str]] = None) -> bool:
     """True when ``$OPSCOPE_BLACKBOX`` is set to anything but off."""
-    env = os.environ if environ is None else environ
-    return env.get(ENABLE_ENV, "").strip().lower() not in OFF
+    return requested(ENABLE_ENV, environ)
 
 
 def start_from_environment() -> Optional[Any]:
     """Start the black box the environment asks for; the black box, or None (with one
     warning line when it was asked for and could not start)."""
-    value = os.environ.get(ENABLE_ENV, "").strip().lower()
-    if value in OFF:
-        return None
-    if value not in ("1", "true", "yes", "on"):
-        warnings.warn(f"{ENABLE_ENV}={value!r} not understood; expected 1 or 0", RuntimeWarning)
-        return None
-    import multiprocessing
     import sys
 
-    if _is_opscope_itself(sys.argv[0] if sys.argv else ""):
-        return None
-    if (multiprocessing.parent_process() is not None
-            or getattr(multiprocessing.current_process(), "_inheriting", False)):
+    if (not switched_on(ENABLE_ENV) or _is_opscope_itself(sys.argv[0] if sys.argv else "")
+            or in_multiprocessing_child()):
         return None
     try:
         from opscope.black_box.box import blackbox

@@ -43,6 +43,7 @@ import signal as signal_module
 import threading
 from typing import Any, Optional, Union
 
+from opscope.env_switch import in_multiprocessing_child, requested, switched_on
 from opscope.on_demand import control
 from opscope.on_demand.agent import OnDemandAgent
 from opscope.on_demand.job import JobRequests
@@ -249,7 +250,7 @@ def on_demand_requested() -> bool:
     ...                           not in ("", "0", "false", "no", "off"))
     True
     """
-    return os.environ.get(ENABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return requested(ENABLE_ENV)
 
 
 def enable_from_environment() -> bool:
@@ -261,20 +262,10 @@ def enable_from_environment() -> bool:
     spawned ones included: they inherit the variable but run no training
     steps. Problems become a warning, so the import never fails.
     """
-    value = os.environ.get(ENABLE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if not switched_on(ENABLE_ENV) or in_multiprocessing_child():
         return False
     import warnings
 
-    if value not in ("1", "true", "yes", "on"):
-        warnings.warn(f"{ENABLE_ENV}={value!r} not understood; expected 1 or 0", RuntimeWarning)
-        return False
-    import multiprocessing
-
-    # a spawned child imports the main module (and opscope) before parent_process() is set
-    if (multiprocessing.parent_process() is not None
-            or getattr(multiprocessing.current_process(), "_inheriting", False)):
-        return False
     try:
         enable_on_demand()
     except (RuntimeError, ValueError, OSError) as exc:
