@@ -38,10 +38,10 @@ import warnings
 from typing import Any, Callable, Dict, Optional
 
 from opscope.arguments import check_bool, check_path, check_positive
+from opscope.black_box import registry
 from opscope.black_box.dump import REASONS, dump_path, script_name, write_dump
 from opscope.black_box.fatal import FatalDump
 from opscope.black_box.job import JobDumps, post_dump
-from opscope.black_box import registry
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
 from opscope.collect.recording import Recording
@@ -53,7 +53,6 @@ WINDOWS_PER_RING = 4
 TICK_S = 0.05  # the monitor's period: at a million ops a second a window grows 3 MB in it
 MIN_DUMP_GAP_S = 1.0  # between two dumps that are not the job's last (rate limit)
 OPTION_NAMES = ("record_shapes", "profile_memory", "with_stack", "with_modules")
-
 
 
 class blackbox:  # noqa: N801 - named as opscope.profile is

@@ -77,11 +77,10 @@ class JobDumps:
         self._dump = dump
         self._since_ns = time.time_ns()  # posts older than this black box are not its
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
         self._missing: Dict[int, float] = {}  # post number -> when it was first missing
 
     def start(self) -> None:
-        self._thread = job_store.start_thread(self._run, "opscope-blackbox-job")
+        job_store.start_thread(self._run, "opscope-blackbox-job")
 
     def stop(self) -> None:
         self._stop.set()

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional
 
 HISTORY_STEPS = 20
 MIN_STEPS = 5
@@ -175,8 +175,3 @@ def _exception_facts(kind, value, thread: str) -> Dict[str, Any]:
     text = " ".join(f"{getattr(kind, '__name__', kind)}: {value}".split())
     return {"exception": text[:500], "thread": thread}
 
-
-def window_of(facts: Dict[str, Any]) -> Optional[Tuple[int, int]]:
-    """The slow step's (start, end) on the monotonic clock, from ``on_step``'s facts."""
-    step = facts.get("slow_step")
-    return (int(step[0]), int(step[1])) if step else None
