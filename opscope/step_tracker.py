@@ -222,8 +222,10 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
     if is_compiling():
         return
-    with StepTracker._lock:
-        snapshot = list(_optimizer_listeners.items())
+    snapshot = []
+    if _optimizer_listeners:  # most steps have none: no lock then
+        with StepTracker._lock:
+            snapshot = list(_optimizer_listeners.items())
     for key, listener in snapshot:
         if key in _optimizer_listeners:  # not removed by an earlier one meanwhile
             try:

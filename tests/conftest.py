@@ -77,14 +77,15 @@ def reference_dir() -> Path:
     pytest.skip("shared/reference/torch-2.13-cpu not found beside the repo")
 
 
-# The test files that take longest, longest first (CPU seconds, measured file by file).
+# The test files that take longest, longest first (seconds, from a run's --junitxml).
 # Under pytest-xdist's --dist loadfile a worker takes a whole file, the next in collection
 # order whenever it runs short: these go first, so that no long file is left to run alone
 # at the end while the other core has nothing to do. The rest keep their order.
 LONGEST_FIRST = (
-    "test_build_cache.py", "test_bench_smoke.py", "test_cli.py", "test_on_demand_startup.py",
-    "test_first_contact_cli.py", "test_closed_pipe.py", "test_compiled_attribution.py",
-    "test_ranks.py", "test_hostile_input.py", "test_run_distributed.py",
+    "test_bench_smoke.py", "test_black_box_jobs.py", "test_compiled_attribution.py",
+    "test_build_cache.py", "test_cli.py", "test_on_demand_startup.py",
+    "test_first_contact_cli.py", "test_closed_pipe.py", "test_ranks.py", "test_stragglers.py",
+    "test_hostile_input.py", "test_run_distributed.py",
     "test_native_regions.py", "test_clock_sync.py", "test_on_demand.py", "test_store_verbs.py",
     "test_trace_fuzz.py", "test_fork.py", "test_job_store_exit.py", "test_compiled_report.py",
     "test_startup_hook_trust.py", "test_store_trust.py", "test_store_query.py",

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 HISTORY_STEPS = 20
 MIN_STEPS = 5
@@ -44,12 +43,17 @@ SIGNALS = ("SIGTERM", "SIGINT")
 
 
 class StepWatch:
-    """Step ends on the monotonic clock (ns); the slow-step and stall rules."""
+    """Step ends on the monotonic clock (ns); the slow-step and stall rules.
+
+    Called from every ``optimizer.step()``, so a step costs a few list operations:
+    the last steps' durations are kept beside their ends, and sorted only for the median.
+    """
 
     def __init__(self, slow_step: float, clock: Callable[[], int] = time.monotonic_ns):
         self.slow_step = float(slow_step)
         self._clock = clock
         self._ends: Deque[int] = deque(maxlen=HISTORY_STEPS + 1)
+        self._durations: Deque[int] = deque(maxlen=HISTORY_STEPS)  # between those ends
         self._last_slow_ns: Optional[int] = None
         self._stall_said = False
 
@@ -64,17 +68,18 @@ class StepWatch:
         self._stall_said = False
         ends = self._ends
         fired = None
-        if len(ends) > MIN_STEPS:
-            steps = _steps(ends)
-            median = statistics.median(d for d, _ in steps)
+        if ends:
             took = now - ends[-1]
-            recent = (self._last_slow_ns is not None
-                      and now - self._last_slow_ns < SLOW_DUMP_EVERY_S * 1e9)
-            if took > self.slow_step * median and not recent:
-                self._last_slow_ns = now
-                typical = min(steps, key=lambda s: abs(s[0] - median))[1]
-                fired = {"rule": self.rule, "step_ns": took, "median_ns": int(median),
-                         "slow_step": [ends[-1], now], "typical_step": list(typical)}
+            if len(ends) > MIN_STEPS:
+                median = _median(self._durations)
+                if took > self.slow_step * median and not (
+                        self._last_slow_ns is not None
+                        and now - self._last_slow_ns < SLOW_DUMP_EVERY_S * 1e9):
+                    self._last_slow_ns = now
+                    fired = {"rule": self.rule, "step_ns": took, "median_ns": int(median),
+                             "slow_step": [ends[-1], now],
+                             "typical_step": self._typical_step(median)}
+            self._durations.append(took)
         ends.append(now)
         return fired
 
@@ -83,7 +88,7 @@ class StepWatch:
         ends = self._ends
         if self._stall_said or len(ends) <= MIN_STEPS:
             return None
-        median = statistics.median(d for d, _ in _steps(ends))
+        median = _median(self._durations)
         limit = max(STALL_MIN_S * 1e9, self.slow_step * median)
         waited = self._clock() - ends[-1]
         if waited < limit:
@@ -92,11 +97,18 @@ class StepWatch:
         return {"rule": f"no step for {self.slow_step:g} x the median step and at least "
                         f"{STALL_MIN_S:g} s", "waited_ns": int(waited), "median_ns": int(median)}
 
+    def _typical_step(self, median: float) -> List[int]:
+        """[start, end] of the known step whose duration is nearest the median."""
+        ends = list(self._ends)
+        k = min(range(len(ends) - 1), key=lambda i: abs(ends[i + 1] - ends[i] - median))
+        return [ends[k], ends[k + 1]]
 
-def _steps(ends: Deque[int]):
-    """(duration, (start, end)) of each step between consecutive ends."""
-    ends = list(ends)
-    return [(b - a, (a, b)) for a, b in zip(ends, ends[1:])]
+
+def _median(durations: Deque[int]) -> float:
+    """The median, as ``statistics.median`` gives it (the mean of the middle two)."""
+    ordered = sorted(durations)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 class Hooks:
