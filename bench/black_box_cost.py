@@ -327,7 +327,7 @@ def dump_part(dump: dict):
             "main thread, then a second thread's tiny-op loop runs during the dump; the ring "
             "also holds that loop's ops):\n\n" + table + "\n\nA gap is between two consecutive "
             "ops of the second thread: while `dump()` runs (it closes the live window, whose "
-            "records the native stop copies holding the GIL, so its time follows the live "
+            "records the native stop copies without holding the GIL; its time follows the live "
             "window's size, up to a quarter of max_mb), while the writer thread builds and "
             "writes the trace, and over the 0.45 s before the call (the box running, no dump; "
             "a rotation may fall there). Gaps under 1 ms are not kept; the GIL's switch "
