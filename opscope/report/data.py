@@ -1,5 +1,8 @@
 """Everything the HTML page shows, computed from a session as one JSON-able dict.
 
+The views are those of the registry (``opscope.report.views``): this module adds the
+page's ``meta`` (title, event and thread counts, window, options, version).
+
 The page gets aggregates only (step breakdown, operator rows, the flame tree,
 a capped timeline), never the raw event list, so a million-event session
 still gives a page of a few megabytes.
@@ -10,9 +13,9 @@ Example::
     >>> from opscope.model.records import RawSession
     >>> from opscope.model.session import ProfileSession
     >>> data = report_data(ProfileSession(EventTable.from_raw(RawSession.empty())))
-    >>> sorted(data)  # doctest: +NORMALIZE_WHITESPACE
-    ['black_box', 'compiled', 'flame', 'kernels', 'memory', 'meta', 'modules', 'operators',
-     'overview', 'recommendations', 'timeline']
+    >>> list(data)  # doctest: +NORMALIZE_WHITESPACE
+    ['meta', 'overview', 'operators', 'modules', 'compiled', 'flame', 'timeline', 'memory',
+     'kernels', 'recommendations', 'black_box']
 """
 
 from __future__ import annotations
@@ -20,55 +23,23 @@ from __future__ import annotations
 import datetime
 from typing import Any, Dict, Optional
 
-import numpy as np
-
 from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
-from opscope.report.black_box import black_box_view
-from opscope.report.compiled import compiled_view
-from opscope.report.flame import flame_tree
-from opscope.report.kernels import kernel_view
-from opscope.report.memory import memory_timeline
-from opscope.report.modules import module_view
-from opscope.report.operators import operator_rows
-from opscope.report.overview import step_overview
-from opscope.report.recommendations import recommendations
-from opscope.report.timeline import TIMELINE_CAP, timeline_lanes
-
-MAX_STEPS_DRAWN = 2000
-TOP_N = 10
+from opscope.report.timeline import TIMELINE_CAP
+from opscope.report.views import REGISTRY, ViewInputs
 
 
 def report_data(session: ProfileSession, *, title: Optional[str] = None,
-                timeline_cap: int = TIMELINE_CAP) -> Dict[str, Any]:
-    """The page's data: meta, overview, operators, modules, compiled graphs, flame, timeline,
-    GPU, memory, advice."""
-    overview = step_overview(session)
-    operators = operator_rows(session)
-    modules = module_view(session)
-    # ops, and the collectives' backend ranges: on a DDP rank they are most of the time
-    overview["top_ops"] = sorted((r for r in operators["rows"]
-                                  if not r["user"] or r["communication"]),
-                                 key=lambda r: -r["self_us"])[:TOP_N]
-    advice = recommendations(session, overview, operators)
-    steps = overview["steps"]
-    overview["steps_shown"] = min(len(steps), MAX_STEPS_DRAWN)
-    if len(steps) > MAX_STEPS_DRAWN:
-        pick = np.linspace(0, len(steps) - 1, MAX_STEPS_DRAWN).round().astype(int)
-        overview["steps"] = [steps[k] for k in pick.tolist()]
-    return {
-        "meta": _meta(session, title),
-        "overview": overview,
-        "operators": operators,
-        "modules": modules,
-        "compiled": compiled_view(session),
-        "flame": flame_tree(session),
-        "timeline": timeline_lanes(session, timeline_cap),
-        "memory": memory_timeline(session),
-        "kernels": kernel_view(session),
-        "recommendations": advice,
-        "black_box": black_box_view(session),
-    }
+                timeline_cap: int = TIMELINE_CAP, job: Any = None) -> Dict[str, Any]:
+    """The page's data: ``meta``, then each registered view's data by its key, in registry
+    order (``opscope.report.views``); the job-only views' too when ``job`` (their
+    ``JobReading``, from ``opscope.report.ranks.job_data``) is given."""
+    inputs = ViewInputs(session, timeline_cap=timeline_cap, job=job)
+    data: Dict[str, Any] = {"meta": _meta(session, title)}
+    for entry in REGISTRY:
+        if job is not None or not entry.job_only:
+            data[entry.key] = inputs.view(entry.key)
+    return data
 
 
 def _meta(session: ProfileSession, title: Optional[str]) -> Dict[str, Any]:

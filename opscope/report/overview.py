@@ -2,7 +2,8 @@
 
 The numbers are ``opscope.analysis.steps.step_breakdown`` (one row per
 ``ProfilerStep#N`` range, else per optimizer step, else the whole session as one
-pseudo-step); this module rounds them into the page's rows (``assets/overview.js``).
+pseudo-step); this module rounds them into the page's rows (``assets/overview.js``;
+``overview_view`` adds the top ops and picks at most ``MAX_STEPS_DRAWN`` steps).
 ``backward`` holds the backward time per step split by op kind; its parts add up
 to the ``backward`` category.
 
@@ -32,6 +33,26 @@ import numpy as np
 from opscope.analysis.categories import BACKWARD_PART_NAMES, CATEGORY_NAMES
 from opscope.analysis.steps import spread, step_breakdown
 from opscope.model.session import ProfileSession
+
+MAX_STEPS_DRAWN = 2000
+TOP_N = 10
+
+
+def overview_view(inputs) -> Dict[str, Any]:
+    """The Overview as the page gets it (``opscope.report.views.ViewInputs``): the steps
+    (at most ``MAX_STEPS_DRAWN`` of them, evenly picked; ``steps_shown`` says how many),
+    and the ``TOP_N`` ops by self time, the collectives' backend ranges among them."""
+    overview = dict(inputs.shared(step_overview))  # the Recommendations read every step
+    # ops, and the collectives' backend ranges: on a DDP rank they are most of the time
+    overview["top_ops"] = sorted((r for r in inputs.view("operators")["rows"]
+                                  if not r["user"] or r["communication"]),
+                                 key=lambda r: -r["self_us"])[:TOP_N]
+    steps = overview["steps"]
+    overview["steps_shown"] = min(len(steps), MAX_STEPS_DRAWN)
+    if len(steps) > MAX_STEPS_DRAWN:
+        pick = np.linspace(0, len(steps) - 1, MAX_STEPS_DRAWN).round().astype(int)
+        overview["steps"] = [steps[k] for k in pick.tolist()]
+    return overview
 
 
 def step_overview(session: ProfileSession) -> Dict[str, Any]:

@@ -1,7 +1,8 @@
 """Render the report's data into one self-contained HTML file.
 
 The page is ``assets/report.html`` with ``assets/report.css`` and the scripts
-in ``SCRIPTS`` pasted inline, and the data as a JSON block. Nothing is
+pasted inline (``core.js``, then those of the views the data shows, in the registry's
+order: ``opscope.report.views.page_scripts``), and the data as a JSON block. Nothing is
 fetched: no CDN, no other file, so the report opens offline and can be
 mailed around as one file.
 
@@ -18,17 +19,38 @@ import html
 import json
 import re
 from importlib import resources
-from typing import Any, Dict
+from pathlib import Path
+from typing import Any, Collection, Dict, Tuple
 
-SCRIPTS = ("core.js", "overview.js", "operators.js", "flame.js", "timeline.js", "kernels.js",
-           "compiled.js", "black_box.js", "views.js")
-# a job's report (data with "ranks") adds the Ranks view; views.js stays last (it starts the page)
-JOB_SCRIPTS = SCRIPTS[:-1] + ("ranks.js", "ranks_timeline.js") + SCRIPTS[-1:]
+from opscope.report.views import REGISTRY, View, page_scripts
+
+CORE = "core.js"  # the shared helpers, the page header and the tab switcher: first
 
 
 def asset(name: str) -> str:
     """The text of ``opscope/report/assets/<name>``."""
     return resources.files("opscope.report").joinpath("assets", name).read_text("utf-8")
+
+
+def script_names(keys: Collection[str]) -> Tuple[str, ...]:
+    """The scripts of a page whose data has ``keys``, in page order.
+
+    >>> script_names({"meta"})[:3]
+    ('core.js', 'overview.js', 'operators.js')
+    """
+    return (CORE,) + tuple(name for _, name in page_scripts(keys))
+
+
+# the scripts of the views registered at import: a single trace's page, and a job's (the
+# job-only views: Ranks); views.js stays last
+SCRIPTS = script_names(())
+JOB_SCRIPTS = script_names([v.key for v in REGISTRY])
+
+
+def _script(entry: View, name: str) -> str:
+    if entry.folder is None:
+        return asset(name)
+    return (Path(entry.folder) / name).read_text("utf-8")
 
 
 def json_for_script(data: Dict[str, Any]) -> str:
@@ -64,8 +86,8 @@ def render_html(data: Dict[str, Any]) -> str:
     # a path or name may hold lone surrogates (undecodable bytes, JSON escapes): escape them
     title = str(data.get("meta", {}).get("title", "profile")).encode(
         "utf-8", "backslashreplace").decode("utf-8")
-    names = JOB_SCRIPTS if "ranks" in data else SCRIPTS
-    script = "\n".join(asset(name) for name in names)
+    script = "\n".join([asset(CORE)] + [_script(entry, name)
+                                         for entry, name in page_scripts(data)])
     if "</script" in script.lower() or "<!--" in script:
         raise ValueError("a report script contains '</script' or '<!--'")
     values = {"{{TITLE}}": html.escape(f"opscope report: {title}"),

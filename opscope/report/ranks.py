@@ -17,6 +17,9 @@ the other views show the lowest rank's session (``meta.shown_rank``), and
   for each, and ``ranks`` counts the ranks) with its ``offset_ns`` from the
   job's first event, so all ranks are on one aligned clock.
 
+``ranks_view`` computes ``ranks`` from the job's ``JobReading``: the Ranks view's entry in
+the registry (``opscope.report.views``), a view only a job's report has.
+
 Example::
 
     >>> rows = heatmap({0: StepTimes([1, 2], [0, 5], [4_000_000, 6_000_000]),
@@ -28,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from opscope.analysis.rank_job import RankJob, StepTimes, load_job
@@ -115,6 +119,17 @@ class _LaneCollector:
                 "shown": sum(g["shown"] for g in groups), "cap": self.cap * len(groups)}
 
 
+@dataclass
+class JobReading:
+    """What a job's views read (``opscope.report.views.ViewInputs.job``): the job, its
+    analysis, its ranks' timeline lanes and the job's first event (ns, the lanes' origin)."""
+
+    job: RankJob
+    analysis: RanksAnalysis
+    lanes: _LaneCollector
+    origin_ns: int
+
+
 def job_report_data(paths: Sequence[str], *, title: Optional[str] = None,
                     timeline_cap: int = TIMELINE_CAP, max_bytes: Optional[int] = None,
                     min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
@@ -135,17 +150,22 @@ def job_data(load: Callable[[Callable], RankJob], sessions: int, *, title: Optio
     job = load(lanes)
     analysis = analyse_ranks(job.facts, min_lateness_ms=min_lateness_ms)
     starts = [f.start_ns for f in job.facts if f.start_ns is not None]
-    origin = min(starts) if starts else 0
-    doc = analysis.to_json()
-    data = report_data(job.session, title=title, timeline_cap=timeline_cap)
+    reading = JobReading(job, analysis, lanes, min(starts) if starts else 0)
+    data = report_data(job.session, title=title, timeline_cap=timeline_cap, job=reading)
     data["meta"]["shown_rank"] = job.session_rank
     data["meta"]["shown_file"] = os.path.basename(job.session_path)
-    data["ranks"] = {
+    return data
+
+
+def ranks_view(inputs) -> Dict[str, Any]:
+    """The Ranks view's data from ``inputs.job`` (a ``JobReading``; see the docstring)."""
+    job, analysis = inputs.job.job, inputs.job.analysis
+    doc = analysis.to_json()
+    return {
         "world_size": analysis.world_size, "missing_ranks": analysis.missing_ranks,
         "summary": [{k: v for k, v in r.items() if k != "files"} for r in doc["ranks"]],
         "heatmap": heatmap(job.steps), "collectives": collective_rows(
             analysis, [f.rank for f in job.facts]),
         "stragglers": doc["stragglers"], "desync": doc["desync"],
-        "timeline": lanes.merged(origin),
+        "timeline": inputs.job.lanes.merged(inputs.job.origin_ns),
     }
-    return data

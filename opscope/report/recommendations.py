@@ -26,6 +26,7 @@ from opscope.analysis.categories import (COMMUNICATION, DATA_LOADING, OPTIMIZER,
                                          top_level_ops)
 from opscope.analysis.facts import shapes_recorded
 from opscope.model.session import ProfileSession
+from opscope.report.overview import step_overview
 
 MATERIAL_SHARE = 0.05  # a rule fires only on at least this share of step time
 DATA_LOADING_SHARE = 0.05
@@ -255,3 +256,9 @@ def recommendations(session: ProfileSession, overview: Dict[str, Any],
     found = [r for r in (rule(inputs) for rule in RULES) if r is not None]
     found.sort(key=lambda r: (r.severity == "info", -r.saving_us))
     return [r.as_dict() for r in found]
+
+
+def recommendations_view(inputs) -> List[Dict[str, Any]]:
+    """The rules that fire (``opscope.report.views.ViewInputs``), read from every step."""
+    return recommendations(inputs.session, inputs.shared(step_overview),
+                           inputs.view("operators"))

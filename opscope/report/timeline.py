@@ -64,6 +64,12 @@ def kept_events(duration_ns: np.ndarray, cap: int) -> np.ndarray:
     return np.flatnonzero(duration_ns > first_left_out)
 
 
+def timeline_view(inputs) -> Dict[str, Any]:
+    """The Timeline view's data (``opscope.report.views.ViewInputs``): its lanes, capped at
+    the page's ``timeline_cap`` events."""
+    return timeline_lanes(inputs.session, inputs.timeline_cap)
+
+
 def timeline_lanes(session: ProfileSession, cap: int = TIMELINE_CAP) -> Dict[str, Any]:
     """Lanes (one per thread, then one per GPU stream), the names they use, and how many
     events were kept."""
