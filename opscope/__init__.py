@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from opscope.version import __version__
+from opscope.version import __version__  # noqa: F401  (opscope.__version__, public)
 # Functions named as their modules are bound now (both light): a later first import of
 # the module would otherwise set ``opscope.schedule`` to the module.
 from opscope.record_function import record_function

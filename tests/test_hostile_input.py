@@ -296,7 +296,7 @@ def test_render_html_substitutes_each_marker_once():
     assert page.count("/*{{STYLE}}*/") == 2  # in the <title> and in the data, not replaced
 
 
-def test_placeholder_report_loads_in_a_browser(tmp_path, browser, artifacts):
+def test_placeholder_report_loads_in_a_browser(tmp_path, browser, artifacts):  # noqa: F811
     folder = tmp_path / "x{{DATA}}y"
     folder.mkdir()
     trace = _trace(folder / "w.pt.trace.json", "aten::{{DATA}}</script><!--")

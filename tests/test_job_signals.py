@@ -40,10 +40,11 @@ def terminate_when(marker: Path, proc: subprocess.Popen, before=None) -> str:
         os.kill(proc.pid, signal.SIGTERM)
         try:
             return proc.communicate(timeout=120)[1]
-        except subprocess.TimeoutExpired:  # a hang: its threads' stacks (PYTHONFAULTHANDLER)
+        except subprocess.TimeoutExpired as exc:  # a hang: its stacks (PYTHONFAULTHANDLER)
             os.kill(proc.pid, signal.SIGABRT)
             err = proc.communicate(timeout=30)[1]
-            raise AssertionError(f"no exit 120 s after SIGTERM; its threads:\n{err[-6000:]}")
+            raise AssertionError(
+                f"no exit 120 s after SIGTERM; its threads:\n{err[-6000:]}") from exc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

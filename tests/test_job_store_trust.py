@@ -242,9 +242,9 @@ def test_forged_answers_print_escaped_and_list_only_the_jobs_traces(server, job,
     job.mkdir(parents=True)
     own = job / f"host_{os.getpid()}.rank0.1.pt.trace.json"
     own.write_text("{}")
-    stray = tmp_path / f"host_9.rank1.1.pt.trace.json"
+    stray = tmp_path / "host_9.rank1.1.pt.trace.json"
     stray.write_text("{}")
-    link = job / f"host_9.rank3.2.pt.trace.json"
+    link = job / "host_9.rank3.2.pt.trace.json"
     link.symlink_to(own)
     posted = {**legit, "first_step": 1, "origin": 0, "job": True, "rank": 0}
     origin.requests.answer(posted, {"status": "ok", "trace": str(own), "steps": 2})

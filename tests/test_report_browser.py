@@ -312,7 +312,7 @@ def test_a_black_box_dump_opens_at_its_reason_with_the_slow_step_op_by_op(
 
     model = torch.nn.Linear(16, 16)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with opscope.blackbox(dir=str(tmp_path), seconds=30) as box:
+    with opscope.blackbox(dir=str(tmp_path), seconds=30):
         for step in range(10):
             model(torch.randn(4, 16)).sum().backward()
             if step == 8:

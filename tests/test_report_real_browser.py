@@ -50,7 +50,7 @@ def transformer_profile():
 
 
 @pytest.fixture(scope="module")
-def transformer_page(browser, artifacts, transformer_profile, tmp_path_factory):
+def transformer_page(browser, artifacts, transformer_profile, tmp_path_factory):  # noqa: F811
     path = tmp_path_factory.mktemp("transformer") / "transformer.html"
     transformer_profile.export_report(str(path))
     page = ReportPage(browser, path, artifacts, "transformer")

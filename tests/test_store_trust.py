@@ -11,7 +11,6 @@ is visible only when whole, and a killed convert's temp folder goes with the nex
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

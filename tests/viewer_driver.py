@@ -216,7 +216,8 @@ class Chromium:
         try:
             os.write(self._out, json.dumps(message).encode() + b"\0")
         except OSError as err:
-            raise ChromiumError(f"{method}: browser pipe closed ({err}){self._stderr_tail()}")
+            raise ChromiumError(
+                f"{method}: browser pipe closed ({err}){self._stderr_tail()}") from err
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             reply = self._receive(deadline, method)

@@ -6,33 +6,37 @@ the largest row sum (torch's ``[times, sizes]`` layout: a row per time, a column
 category); then a live opscope session against its own trace read back, its report's GPU
 view and a store round trip. ``$CHECK`` is the check's path (default .gpu/check_cuda.py).
 """
-import collections, json, os, sys
+import collections
+import json
+import os
+import sys
+
 out = sys.argv[1]
 def load(k):
     return json.load(open(f"{out}/{k}.pt.trace.json"))["traceEvents"]
-T, O = load("torch"), load("opscope")
+T, S = load("torch"), load("opscope")  # the events of torch's and opscope's traces
 def cats(ev):
     return collections.Counter(e.get("cat") for e in ev if e.get("ph") == "X")
 print("cats torch  ", dict(cats(T)))
-print("cats opscope", dict(cats(O)))
+print("cats opscope", dict(cats(S)))
 for cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver"):
     a = collections.Counter(e["name"] for e in T if e.get("ph") == "X" and e.get("cat") == cat)
-    b = collections.Counter(e["name"] for e in O if e.get("ph") == "X" and e.get("cat") == cat)
+    b = collections.Counter(e["name"] for e in S if e.get("ph") == "X" and e.get("cat") == cat)
     diff = {k: (a[k], b[k]) for k in set(a) | set(b) if a[k] != b[k]}
     print(cat, "names torch", len(a), "opscope", len(b), "differ", len(diff))
     for k, v in list(sorted(diff.items()))[:12]:
         print("   ", v, k[:150])
-k = [e for e in O if e.get("ph") == "X" and e.get("cat") == "kernel"]
+k = [e for e in S if e.get("ph") == "X" and e.get("cat") == "kernel"]
 print("opscope kernels with External id 0:", sum(1 for e in k if e["args"].get("External id") == 0), "of", len(k))
 print("sample opscope kernel", k[:1])
 print("sample torch kernel", [e for e in T if e.get("cat") == "kernel"][:1])
 print("sample torch runtime", [e for e in T if e.get("cat") == "cuda_runtime"][:2])
-print("sample opscope runtime", [e for e in O if e.get("cat") == "cuda_runtime"][:2])
+print("sample opscope runtime", [e for e in S if e.get("cat") == "cuda_runtime"][:2])
 print("torch meta", [e for e in T if e.get("ph") == "M"][:12])
 
 # device memory: torch's [times, sizes] rows hold one column per category, so the
 # peak is the largest row sum (check_cuda's formula indexes the rows by time)
-import torch, opscope, torch.profiler as tp
+import opscope  # noqa: E402  (imported only now: the lines above need no opscope)
 sys.argv = [sys.argv[0], "--out", out + "/mem", "--steps", "1"]
 # reuse the workload without running the checks: exec the file up to the checks
 src = open(os.environ.get("CHECK", ".gpu/check_cuda.py")).read().split("check(\"kernel names")[0]
@@ -52,8 +56,8 @@ for kind in ("torch", "opscope"):
 print("device memory peak (max row sum), rows, columns:", peaks)
 
 # the live session against its own trace read back, the report's GPU view and the store
-from opscope.analysis.build import load_session
-from opscope.report.data import report_data
+from opscope.analysis.build import load_session  # noqa: E402
+from opscope.report.data import report_data  # noqa: E402
 p = opscope.profile(activities=ns["ACTS_O"], with_stack=True, with_modules=True)
 with p:
     for _ in range(2):

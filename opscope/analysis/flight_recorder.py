@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import numpy as np
+import numpy as np  # noqa: F401  (the module docstring's example, a doctest, uses np)
 
 from opscope.analysis.collectives import collective_kind, collective_op_rows
 from opscope.model.collective_facts import CollectiveFacts

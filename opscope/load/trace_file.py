@@ -44,13 +44,12 @@ import json
 import os
 import stat
 import zlib
+from typing import Any, Dict, Iterator
 
 try:  # ISA-L's inflate (a dependency where it builds): twice zlib's speed, the same API
     from isal import isal_zlib as _inflate
 except ImportError:  # pragma: no cover - depends on the platform
     _inflate = zlib
-_INFLATE_ERRORS = tuple({zlib.error, _inflate.error})
-from typing import Any, Dict, Iterator
 
 try:  # parses JSON several times faster (orjson's when installed, else msgspec's, a
     from orjson import loads as fast_loads  # dependency); where it refuses, json decides
@@ -63,6 +62,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 from opscope.load.trace_size import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV,  # noqa: F401
                                      default_max_bytes, format_size, parse_size)
 
+_INFLATE_ERRORS = tuple({zlib.error, _inflate.error})
 TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 _GZIP_MAGIC = b"\x1f\x8b"
 _JSON_SPACE = b" \t\r\n"
