@@ -426,7 +426,7 @@ def result(table: List[list], target_rows: List[dict], breakdown: List[list], co
         again = ", ".join(f"{k} {v}" for k, v in BEFORE["excess_shifted"].items())
         notes.append(f"The baseline counted again with the median over heap shifts, at "
                      f"{BEFORE['commit']}: {again} (the targets use the figures of one region "
-                     f"there, which the issue quotes).")
+                     f"there, which the targets quote).")
         notes.append(LIMITS_NOTE)
     if breakdown:
         notes.append("opscope's own instructions per op by function (self instructions in "

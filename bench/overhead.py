@@ -181,7 +181,7 @@ def main() -> None:
              "(`--threads 0` measures with torch's default). 'unprofiled IQR' (interquartile "
              "range / median of the unprofiled samples) shows the remaining noise: an overhead "
              "smaller than it is not resolved, and ratios below 1 are noise.",
-             "shapes_stack_memory = record_shapes, with_stack, profile_memory: the issue's "
+             "shapes_stack_memory = record_shapes, with_stack, profile_memory: the target's "
              "target configuration. all_on adds with_flops and with_modules (given to both "
              "profilers; opscope's with_modules records every module call as a range, which "
              "torch does not do for eager models)."]

@@ -190,7 +190,7 @@ def main() -> None:
             "'exit ms' is the part of each sample spent in `__exit__` (median over all "
             "samples of that profiler and config): opscope builds its session there, "
             "torch.profiler collects Kineto's results and defers parsing to `events()`. "
-            "The issue's '≤ 1.7 µs per event' is 1/20 of torch's ~34 µs per event for "
+            "The target '≤ 1.7 µs per event' is 1/20 of torch's ~34 µs per event for "
             "`events()`; torch writes its trace in C++ without `events()`, so for the trace "
             "1/20 of torch is a much lower bar than 1.7 µs/event.")
         notes.append("Where opscope's trace export spends its time (cProfile of one "

@@ -176,7 +176,7 @@ def main() -> None:
              "repetitions). The load average column shows how busy this shared 2-core host was: "
              "above 2, the times are stretched by other work. RSS / trace bytes compares with HTA's about 5x. torch has no "
              "counterpart (torch.profiler reads no other rank's trace), so there is no "
-             "ratio to torch. No target yet: the store issue sets the budget."]
+             "ratio to torch. No target yet."]
     common.finish({"title": "Multi-rank scale: ranks, merge and the job report",
                    "command": common.command_line("ranks_scale.py"),
                    "machine": common.machine_info(),
