@@ -4,7 +4,7 @@ A store is a plain Parquet dataset (``events/rank=R/window=W/part-0.parquet``), 
 reads it as it is. ``op_self_times`` groups the events as ``key_averages()`` does: by
 name, with every ``ProfilerStep#N`` as ``ProfilerStep*``, user ranges (scope 7) apart
 from ops. A store holds no utility op (``aten::is_leaf``, ...): they were left out
-before it was written. tests/test_store_dask.py runs this file; the README shows it.
+before it was written. tests/test_store_dask.py runs this file; docs/store.md shows it.
 
 Run it: ``python examples/store_dask.py STORE``.
 """

@@ -5,7 +5,7 @@ each step. With ``TORCH_FR_BUFFER_SIZE`` set, each trace carries the recorder's 
 and ``opscope ranks`` matches every collective in its own group by its
 ``collective_seq_id``: no desync. Without the recorder (``TORCH_FR_BUFFER_SIZE=0``: torch
 2.13 keeps 2000 collectives by default) the ordinal rule sees rank 0's
-extra all_reduce as a desync of the default group, as the README says.
+extra all_reduce as a desync of the default group, as docs/multi-rank.md says.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The package is read with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` at module level or inside a function, absolute or relative,
-that names a module of the package. The ranks, lowest first (README, "Code map"):
-model; collect, load; analysis; export, report; the API (profiler.py and the other
-top-level modules); cli. A module may import from its own rank or a lower one.
+that names a module of the package. The ranks, lowest first (docs/architecture.md,
+"The layers"): model; collect, load; analysis; export, report, store; the API (profiler.py
+and the other top-level modules); cli. A module may import from its own rank or a lower one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Waits and lateness of collectives in flight at once count once, as wall time (issue 27, 8);
-the README's store queries (items 8 and 30).
+the example store queries of docs/store.md (items 8 and 30).
 
 DDP issues its bucket all-reduces back to back, so they run at once: a rank that waits
 for a late peer waits for both together. Two synthetic ranks, rank 1 late by 300 us at two
-overlapping all-reduces: rank 0's wait, and rank 1's lateness in the README's straggler
+overlapping all-reduces: rank 0's wait, and rank 1's lateness in docs/store.md's straggler
 query, are 310 us of wall time, not 600.
 """
 
@@ -57,7 +57,7 @@ def test_straggler_query_counts_overlapping_lateness_once(tmp_path):
 
 
 def test_top_ops_query_groups_the_step_ranges(tmp_path):
-    """The README's top-ops SQL shows ``ProfilerStep*`` once, as the table does (item 30)."""
+    """docs/store.md's top-ops SQL shows ``ProfilerStep*`` once, as the table does (item 30)."""
     pytest.importorskip("duckdb")
     pytest.importorskip("pyarrow")
     from opscope.store.connect import connect

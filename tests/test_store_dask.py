@@ -1,5 +1,5 @@
-"""The README's Dask example (``examples/store_dask.py``): per-op self CPU times of a store,
-computed by ``dask.dataframe.read_parquet`` on a ``dask.distributed`` LocalCluster with 2
+"""The Dask example of docs/store.md (``examples/store_dask.py``): per-op self CPU times of
+a store, computed by ``dask.dataframe.read_parquet`` on a ``dask.distributed`` LocalCluster with 2
 workers (threads: ``processes=False``, light on a small machine), equal ``key_averages()``'s
 self CPU totals on the same store. Skipped without dask, pyarrow or duckdb.
 """
@@ -91,6 +91,6 @@ def test_dask_self_times_equal_key_averages(store):
         {k: round(v, 3) for k, v in found.items()}
 
 
-def test_the_readme_shows_the_example():
-    readme = (REPO / "README.md").read_text()
-    assert inspect.getsource(store_dask.op_self_times) in readme
+def test_the_store_doc_shows_the_example():
+    doc = (REPO / "docs" / "store.md").read_text()
+    assert inspect.getsource(store_dask.op_self_times) in doc

@@ -2,7 +2,7 @@
 
 The two-rank job is tests/ranks_workloads/ddp_train.py under torchrun on gloo (as in
 tests/test_ranks.py), rank 1 sleeping before each backward; its per-rank traces are written
-into one store. Every example query of the README (``opscope.store.examples``) runs on these
+into one store. Every example query of docs/store.md (``opscope.store.examples``) runs on these
 stores, and the straggler query names the sleeping rank. Durations are never asserted.
 """
 
@@ -28,7 +28,7 @@ from opscope.store.examples import EXAMPLE_QUERIES
 from opscope.store.write import StoreWriter
 from test_ranks import run_job
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+STORE_DOC = Path(__file__).resolve().parent.parent / "docs" / "store.md"
 
 
 def query(capsys, *argv) -> tuple:
@@ -173,14 +173,11 @@ def test_without_duckdb_the_install_line(training_store, monkeypatch, capsys):
     assert status == 2 and "pip install 'opscope[store]'" in err and err.count("\n") == 1
 
 
-def test_readme_sql_blocks_are_the_tested_examples():
-    """The README's "## Stores" section shows each of EXAMPLE_QUERIES, and only those, in
-    its ```sql blocks (so every query it shows is run by the test above)."""
-    text = README.read_text(encoding="utf-8") if README.exists() else ""
-    section = re.search(r"^## Stores.*?(?=^## |\Z)", text, flags=re.S | re.M)
-    if section is None:
-        pytest.skip("the README has no '## Stores' section yet")
-    blocks = re.findall(r"```sql\n(.*?)```", section.group(0), flags=re.S)
+def test_store_doc_sql_blocks_are_the_tested_examples():
+    """docs/store.md shows each of EXAMPLE_QUERIES, and only those, in its ```sql blocks
+    (so every query it shows is run by the test above)."""
+    text = STORE_DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
     assert sorted(b.strip() for b in blocks) == sorted(q.strip() for q in EXAMPLE_QUERIES.values())
 
 

@@ -265,7 +265,7 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
         (with_stack and loaded.python_functions == "counted")
     # [memory] events become allocator records, attributed to ops as torch does (where
     # torch's own attribution is sharp: no allocation within its blur of an op's edge)
-    # torch counts an allocation in every op whose span holds it, on any thread (README,
+    # torch counts an allocation in every op whose span holds it, on any thread (docs/guide.md,
     # "Differences"); opscope in the ops of its own thread: compared on the keys of events
     # of threads that allocate (another thread's frames, e.g. an idle pool's, are left out,
     # and so is a key with events on both: under pytest-xdist, execnet's `run` frame is open
@@ -287,7 +287,7 @@ def test_torch_profiler_trace_matches_its_key_averages(tmp_path, with_stack):
 
 def test_an_idle_threads_frames_get_no_memory_of_other_threads(tmp_path):
     """torch.profiler counts the main thread's allocations in an idle pool thread's Python
-    frames (their span holds them); opscope counts none there (README, "Differences")."""
+    frames (their span holds them); opscope counts none there (docs/guide.md, "Differences")."""
     step = mlp_step_fn()
     step()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

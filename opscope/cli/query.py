@@ -1,7 +1,7 @@
 """``opscope query STORE "SQL" [--format table|csv|json]``: SQL over an opscope store.
 
 The store's views (``events``, ``ops``, ``steps``, ``collective_ranks`` ...,
-documented in ``opscope.store.connect`` and the README) are defined in an
+documented in ``opscope.store.connect`` and docs/store.md) are defined in an
 in-memory DuckDB connection; the query's rows are printed as an aligned table,
 CSV, or JSON (a list of row objects). A missing store, a path that is not a
 store, or bad SQL exits with status 2 and one line. The SQL reads only the

@@ -124,7 +124,7 @@ class PythonCollector:
     def start(self, *, record_shapes: bool = False, profile_memory: bool = False,
               with_stack: bool = False) -> None:
         """Start recording. ``profile_memory`` needs the native collector; here it
-        records nothing (see the README). ``with_stack`` records ops' Python stacks."""
+        records nothing (see docs/guide.md). ``with_stack`` records ops' Python stacks."""
         if self._rec is not None:
             raise RuntimeError("opscope python collector is already recording; call stop() first")
         rec = Recording(bool(record_shapes), bool(with_stack))

@@ -17,7 +17,7 @@ PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DET
     range(8)
 CATEGORY_NAMES = ("PARAMETER", "OPTIMIZER_STATE", "INPUT", "TEMPORARY", "ACTIVATION",
                   "GRADIENT", "AUTOGRAD_DETAIL", "unknown")
-# What each category holds, as the report's Memory view and the README say it.
+# What each category holds, as the report's Memory view and docs/guide.md say it.
 CATEGORY_MEANINGS = (
     "a module parameter",
     "optimizer state (momentum, Adam moments)",

@@ -1,4 +1,4 @@
-"""Example queries over a store, as the README shows them (each is tested on a real store).
+"""Example queries over a store, as docs/store.md shows them (each is tested on a real store).
 
 Example::
 

@@ -63,6 +63,6 @@ VIEWS.compiled = function (section) {
         el("li", { text: `${n} × ${reason.split("\n")[0]}`, title: reason }))));
   section.append(el("p", { class: "muted", id: "compiled-see-also", text:
     "Which ops ran outside the graphs (captured vs total ops, with their source lines): " +
-    "opscope.dynamo.Profiler (README, \"Finding graph breaks (torch.compile)\"). The same " +
+    "opscope.dynamo.Profiler (docs/compiled.md, \"Finding graph breaks\"). The same " +
     "tables as text: opscope table TRACE --group-by graph." }));
 };
