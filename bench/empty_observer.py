@@ -3,7 +3,7 @@
 While it is registered, every op pays for RecordFunction's own machinery (building the
 RecordFunction, looking up callbacks, calling them, and with ``needs_inputs`` collecting
 the inputs) but the observer records nothing. It lives in opscope's native module
-(``empty_observer_start``/``empty_observer_stop`` in ``opscope/collect/observer.cpp``).
+(``empty_observer_start``/``empty_observer_stop`` in ``opscope/collect/observer/ranges.h``).
 
 Example::
 

@@ -2,7 +2,7 @@
 
 The observer writes an op's inputs into room reserved for tensors of up to five
 dims and short int lists, tells lists apart by their element type, and reads
-bool lists and doubles in place (observer.cpp, encode_inputs). These ops reach
+bool lists and doubles in place (observer/inputs.h, encode_inputs). These ops reach
 every other branch: a tensor of seven dims, a list of 13 ints, tensor, bool,
 float and optional-tensor lists, a string, doubles and a sparse tensor. The
 expected values are what the observer wrote before its encoding was rewritten

@@ -1,7 +1,7 @@
 """Where the native observer writes: 2 MiB regions, kept between sessions.
 
 A fresh page costs a fault the first time it is written, which on a VM cost
-more than the rest of an op's record (observer.cpp, RegionPool). A stopped
+more than the rest of an op's record (observer/records.h, RegionPool). A stopped
 session's regions are kept, up to a bound, so the next session writes its
 records and inputs into pages already there.
 """

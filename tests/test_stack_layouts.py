@@ -1,8 +1,9 @@
 """with_stack's frame walk: one layout row per CPython, and a warning where none fits.
 
-The walk (observer.cpp, between the OPSCOPE-FRAME-WALK markers) is compiled here
-alone, with no torch, against every CPython 3.10+ found (this one, and pyenv's), and
-its frames are compared with what ``sys._getframe`` says. That checks 3.10, which
+The walk (observer/frames.h, between the OPSCOPE-FRAME-WALK markers, with the
+frames_cpython3XX.h it includes) is compiled here alone, with no torch, against
+every CPython 3.10+ found (this one, and pyenv's), and its frames are compared with
+what ``sys._getframe`` says. That checks 3.10, which
 has no torch virtualenv here, as well as 3.11 to 3.13.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import textwrap
@@ -26,7 +26,8 @@ from opscope.collect import native
 from opscope.collect.native_build import load_native
 from subprocesses import run_in_group
 
-OBSERVER = Path(opscope.__file__).parent / "collect" / "observer.cpp"
+HEADERS = Path(opscope.__file__).parent / "collect" / "observer"
+FRAMES = HEADERS / "frames.h"  # the walk; each CPython's layout in frames_cpython3XX.h
 KNOWN = {(3, 10), (3, 11), (3, 12), (3, 13)}
 
 PROBE_MODULE = """
@@ -97,9 +98,9 @@ PROBE_SCRIPT = textwrap.dedent("""
 
 
 def walk_source() -> str:
-    text = OBSERVER.read_text()
+    text = FRAMES.read_text()
     match = re.search(r"// OPSCOPE-FRAME-WALK-BEGIN\n(.*?)// OPSCOPE-FRAME-WALK-END", text, re.S)
-    assert match, "observer.cpp lost its OPSCOPE-FRAME-WALK markers"
+    assert match, "frames.h lost its OPSCOPE-FRAME-WALK markers"
     return match.group(1)
 
 
@@ -139,7 +140,8 @@ def test_frame_walk_matches_the_interpreters_own_frames(python, tmp_path):
     source.write_text(PROBE_MODULE % {"walk": walk_source()})
     built = tmp_path / ("frame_walk_probe" + config["suffix"])
     compiled = run_in_group([compiler, "-std=c++17", "-O1", "-shared", "-fPIC",
-                             "-I", config["include"], str(source), "-o", str(built)],
+                             "-I", config["include"], "-I", str(HEADERS), str(source),
+                             "-o", str(built)],
                             timeout=300)
     assert compiled.returncode == 0, compiled.stderr[-3000:]
     script = tmp_path / "probe_script.py"

@@ -1,4 +1,5 @@
-"""The on-disk cache of compiled observers: trust checks, stamps and the build lock.
+"""The on-disk cache of compiled observers: trust checks, stamps, the build lock, and
+the part of a build's key (its cache folder) that a source's own headers make.
 
 Other local users are treated as attackers. A cache folder or file is used only
 when the current user owns it, nobody else can write to it, and (inside the
@@ -28,6 +29,26 @@ import stat
 import time
 from pathlib import Path
 from typing import Callable, Optional
+
+
+def headers_options(folder: Path) -> dict:
+    """Build options for a source whose own headers (``*.h``) lie in ``folder``: that
+    folder to include, and a build-key part hashing each header's name and bytes (never
+    the folder's path), so that an edit to any header makes a build of its own.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.h").write_text("int a;")
+    >>> first = headers_options(folder)["key"]
+    >>> _ = (folder / "a.h").write_text("int b;")
+    >>> headers_options(folder)["key"] != first
+    True
+    """
+    digest = hashlib.sha256()
+    for header in sorted(Path(folder).glob("*.h")):
+        data = header.read_bytes()
+        digest.update(f"{header.name}\0{len(data)}\0".encode() + data)
+    return {"include_dirs": [str(folder)], "key": digest.hexdigest()}
 
 
 class UntrustedCache(RuntimeError):

@@ -1,9 +1,9 @@
-"""Build and load the native observer (observer.cpp) against the installed torch.
+"""Build and load the native observer (observer.cpp and its headers) against torch.
 
 The build is cached in ``$OPSCOPE_CACHE_DIR`` or ``$XDG_CACHE_HOME/opscope``
 (default ``~/.cache/opscope``), one folder per ``build_key()``: the Python ABI,
-the torch build, the platform, the flags and the source hash, and no absolute
-path, so two virtualenvs over the same Python and torch share one build.
+the torch build, the platform, the flags, the source's and its headers' hash, and
+no absolute path, so two virtualenvs over the same Python and torch share one build.
 
 A cached build is checked against its stamp (``build_cache``) and imported
 directly: no lock, no ninja, no compiler. Only a missing or stale build takes
@@ -50,6 +50,7 @@ from opscope.collect.build_cache import BuildLock, StaleBuild
 from opscope.collect.build_worker import FLAGS
 
 SOURCE = Path(__file__).with_name("observer.cpp")
+HEADERS = SOURCE.with_name("observer")  # observer.cpp's headers, one per job
 BUILD_FLAGS_TAG = " ".join(FLAGS).encode()
 WAIT_ENV = "OPSCOPE_BUILD_WAIT"
 DEFAULT_WAIT_S = 300.0
@@ -74,8 +75,8 @@ def cache_dir() -> Path:
 
 
 def build_key() -> str:
-    """Identifies the observer's build (see ``source_build_key``)."""
-    return source_build_key(SOURCE)
+    """Identifies the observer's build (``source_build_key``, its headers' hash included)."""
+    return OBSERVER.build_key()
 
 
 def source_build_key(source: Path, extra_key: str = "", torch: bool = True) -> str:
@@ -150,8 +151,7 @@ class NativeExtension:
         return source_build_key(self.source, self.extra_options().get("key", ""), self.torch)
 
     def extra_options(self) -> dict:
-        """The source's own include folders, flags and build-key part ({} for none);
-        ``plain`` for a build without torch."""
+        """The source's own include folders, flags, key part, ``plain`` (no torch); or {}."""
         options = dict(self.extra()) if self.extra is not None else {}
         if not self.torch:
             options["plain"] = True
@@ -182,7 +182,8 @@ class NativeExtension:
 
 
 OBSERVER = NativeExtension(SOURCE, "opscope_observer", "native collector",
-                           "using the Python fallback collector")
+                           "using the Python fallback collector",
+                           extra=lambda: build_cache.headers_options(HEADERS))
 
 
 def failure_reason() -> Optional[str]:
@@ -193,8 +194,7 @@ def failure_reason() -> Optional[str]:
 def load_native() -> Optional[Any]:
     """Import the observer (compiled on first use only); None if that fails.
 
-    A failure prints one line to stderr, once per process, and the caller falls
-    back to the Python collector.
+    A failure prints one line to stderr, once per process: the Python collector takes over.
     """
     global _loaded, _failure
     module = OBSERVER.load()
