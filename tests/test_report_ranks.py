@@ -18,7 +18,7 @@ import pytest
 
 from opscope.cli.main import main as cli_main
 from opscope.report.page import JOB_SCRIPTS, SCRIPTS, render_html
-from opscope.report.ranks import job_report_data
+from opscope.report.data import job_report_data
 from test_ranks import STEPS, run_job
 from test_report_browser import ReportPage, artifacts, browser  # noqa: F401 (fixtures)
 

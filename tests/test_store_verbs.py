@@ -267,7 +267,7 @@ def same_report(data: dict) -> dict:
 
 
 def test_job_report_of_a_store_is_the_folders(job):
-    from opscope.report.ranks import job_data, job_report_data
+    from opscope.report.data import job_data, job_report_data
     from opscope.store import connect
     from opscope.store.ranks_sql import load_store_job
 

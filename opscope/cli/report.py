@@ -152,7 +152,7 @@ def write_store(args: argparse.Namespace) -> int:
     """Write a store's report: the job's (two ranks or more, no window chosen) or a window's."""
     from opscope.analysis.rank_checks import RankTraceError
     from opscope.report import write_report, write_report_data
-    from opscope.report.ranks import job_data
+    from opscope.report.data import job_data
     from opscope.store.ranks_sql import load_store_job
     from opscope.store.session_sql import check_rank_memory, store_windows
 

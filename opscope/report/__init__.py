@@ -8,7 +8,7 @@ the file opens offline in any browser. ``write_job_report(paths, path)`` does
 the same for a torch.distributed job's per-rank traces, adding the Ranks view
 (``opscope.report.ranks``); its other views show the lowest rank.
 ``write_report_data(data, path)`` writes the page of data built elsewhere (a
-store's job: ``opscope.report.ranks.job_data``).
+store's job: ``opscope.report.data.job_data``).
 
 Example::
 
@@ -29,9 +29,8 @@ from typing import Optional, Sequence
 from opscope.export.atomic import PathLike, atomic_text_writer
 from opscope.export.output_path import check_output_path
 from opscope.model.session import ProfileSession
-from opscope.report.data import report_data
+from opscope.report.data import job_data, job_report_data, report_data
 from opscope.report.page import render_html
-from opscope.report.ranks import job_data, job_report_data
 
 
 def write_report(session: ProfileSession, path: PathLike, *,

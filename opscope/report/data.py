@@ -1,7 +1,8 @@
 """Everything the HTML page shows, computed from a session as one JSON-able dict.
 
 The views are those of the registry (``opscope.report.views``): this module adds the
-page's ``meta`` (title, event and thread counts, window, options, version).
+page's ``meta`` (title, event and thread counts, window, options, version). A job's page
+(``job_report_data``, ``job_data``) is the page of its shown rank plus the job-only views.
 
 The page gets aggregates only (step breakdown, operator rows, the flame tree,
 a capped timeline), never the raw event list, so a million-event session
@@ -21,10 +22,14 @@ Example::
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, Optional
+import os
+from typing import Any, Callable, Dict, Optional, Sequence
 
+from opscope.analysis.rank_job import RankJob, load_job
+from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS, analyse_ranks
 from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
+from opscope.report.ranks import JobReading, _LaneCollector
 from opscope.report.timeline import TIMELINE_CAP
 from opscope.report.views import REGISTRY, ViewInputs
 
@@ -33,7 +38,7 @@ def report_data(session: ProfileSession, *, title: Optional[str] = None,
                 timeline_cap: int = TIMELINE_CAP, job: Any = None) -> Dict[str, Any]:
     """The page's data: ``meta``, then each registered view's data by its key, in registry
     order (``opscope.report.views``); the job-only views' too when ``job`` (their
-    ``JobReading``, from ``opscope.report.ranks.job_data``) is given."""
+    ``JobReading``, from ``job_data``) is given."""
     inputs = ViewInputs(session, timeline_cap=timeline_cap, job=job)
     data: Dict[str, Any] = {"meta": _meta(session, title)}
     for entry in REGISTRY:
@@ -62,3 +67,28 @@ def _meta(session: ProfileSession, title: Optional[str]) -> Dict[str, Any]:
             "threads": threads, "window_us": window_ns / 1000.0, "collector": session.collector,
             "process_id": session.process_id, "options": dict(session.options),
             "started": started, "version": __version__}
+
+
+def job_report_data(paths: Sequence[str], *, title: Optional[str] = None,
+                    timeline_cap: int = TIMELINE_CAP, max_bytes: Optional[int] = None,
+                    min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
+    """The page's data for a job: ``report_data`` of the shown rank, plus ``ranks``."""
+    return job_data(lambda visit: load_job(paths, max_bytes=max_bytes, visit=visit),
+                    len(paths), title=title, timeline_cap=timeline_cap,
+                    min_lateness_ms=min_lateness_ms)
+
+
+def job_data(load: Callable[[Callable], RankJob], sessions: int, *, title: Optional[str] = None,
+             timeline_cap: int = TIMELINE_CAP,
+             min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
+    """``job_report_data`` of any source: ``load(visit)`` reads the job (``sessions`` of them,
+    each passed to ``visit(rank, path, session)``), as ``load_job`` or a store's loader."""
+    lanes = _LaneCollector(max(1, timeline_cap // max(1, sessions)))
+    job = load(lanes)
+    analysis = analyse_ranks(job.facts, min_lateness_ms=min_lateness_ms)
+    starts = [f.start_ns for f in job.facts if f.start_ns is not None]
+    reading = JobReading(job, analysis, lanes, min(starts) if starts else 0)
+    data = report_data(job.session, title=title, timeline_cap=timeline_cap, job=reading)
+    data["meta"]["shown_rank"] = job.session_rank
+    data["meta"]["shown_file"] = os.path.basename(job.session_path)
+    return data

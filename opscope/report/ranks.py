@@ -1,6 +1,6 @@
 """The Ranks view's data: a torch.distributed job's per-rank traces as one page.
 
-``job_report_data(paths)`` reads the rank traces once each
+``opscope.report.data.job_report_data(paths)`` reads the rank traces once each
 (``opscope.analysis.rank_job.load_job``), analyses them as ``opscope ranks``
 does (``opscope.analysis.ranks.analyse_ranks``) and returns the report's data:
 the other views show the lowest rank's session (``meta.shown_rank``), and
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
-from opscope.analysis.rank_job import RankJob, StepTimes, load_job
+from opscope.analysis.rank_job import RankJob, StepTimes
 from opscope.analysis.rank_traces import clock_offset_ns
-from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS, RanksAnalysis, analyse_ranks
+from opscope.analysis.ranks import RanksAnalysis
 from opscope.model.session import ProfileSession
-from opscope.report.timeline import TIMELINE_CAP, timeline_lanes
+from opscope.report.timeline import timeline_lanes
 
 COLLECTIVE_CAP = 2000  # rows of the collective table, longest wait first
 STEP_CAP = 2000  # heat map columns: the first steps
@@ -128,33 +128,6 @@ class JobReading:
     analysis: RanksAnalysis
     lanes: _LaneCollector
     origin_ns: int
-
-
-def job_report_data(paths: Sequence[str], *, title: Optional[str] = None,
-                    timeline_cap: int = TIMELINE_CAP, max_bytes: Optional[int] = None,
-                    min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
-    """The page's data for a job: ``report_data`` of the shown rank, plus ``ranks``."""
-    return job_data(lambda visit: load_job(paths, max_bytes=max_bytes, visit=visit),
-                    len(paths), title=title, timeline_cap=timeline_cap,
-                    min_lateness_ms=min_lateness_ms)
-
-
-def job_data(load: Callable[[Callable], RankJob], sessions: int, *, title: Optional[str] = None,
-             timeline_cap: int = TIMELINE_CAP,
-             min_lateness_ms: float = DEFAULT_MIN_LATENESS_MS) -> Dict[str, Any]:
-    """``job_report_data`` of any source: ``load(visit)`` reads the job (``sessions`` of them,
-    each passed to ``visit(rank, path, session)``), as ``load_job`` or a store's loader."""
-    from opscope.report.data import report_data
-
-    lanes = _LaneCollector(max(1, timeline_cap // max(1, sessions)))
-    job = load(lanes)
-    analysis = analyse_ranks(job.facts, min_lateness_ms=min_lateness_ms)
-    starts = [f.start_ns for f in job.facts if f.start_ns is not None]
-    reading = JobReading(job, analysis, lanes, min(starts) if starts else 0)
-    data = report_data(job.session, title=title, timeline_cap=timeline_cap, job=reading)
-    data["meta"]["shown_rank"] = job.session_rank
-    data["meta"]["shown_file"] = os.path.basename(job.session_path)
-    return data
 
 
 def ranks_view(inputs) -> Dict[str, Any]:
