@@ -1,7 +1,7 @@
 """``on_trace_ready`` handlers: each writes one output format per ready window.
 
 ``HANDLER_FORMATS`` names, per handler, the format it writes (an entry of
-``opscope.export.formats.FORMATS``) and its file suffix; the handler writes it
+``opscope.outputs.FORMATS``) and its file suffix; the handler writes it
 with ``prof.export(path, format=name)``.
 
 A handler never stops training: a window it cannot write (a full or read-only
@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 from opscope.arguments import check_bool, check_path, check_type
 
-# handler -> (format written: a name in opscope.export.formats.FORMATS, file suffix)
+# handler -> (format written: a name in opscope.outputs.FORMATS, file suffix)
 HANDLER_FORMATS = {
     "tensorboard_trace_handler": ("chrome_trace", ".pt.trace.json"),
     "report_handler": ("report", ".report.html"),

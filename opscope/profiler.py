@@ -4,7 +4,7 @@ This module owns the schedule state machine and wires a collector to the
 model: each active window is one ``collect.recording.Recording``, whose
 ``RawSession`` goes to ``build_session``. It formats nothing itself: the
 results and output files are ``profiler_results.ProfileResults``, which
-writes through ``opscope.export.formats``; the one-profiler-per-process claim
+writes through ``opscope.outputs``; the one-profiler-per-process claim
 and the fork handler are ``profiler_fork``; the start metadata and argument
 checks are ``profiler_setup``.
 

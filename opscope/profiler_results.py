@@ -4,7 +4,7 @@
 finished window: ``session``, ``key_averages()``, ``module_table()``,
 ``memory_summary()``, and ``export()`` with its per-format spellings
 (``export_chrome_trace`` ...), which all write through the registry of output
-formats (``opscope.export.formats``).
+formats (``opscope.outputs``).
 
 Example::
 
@@ -135,17 +135,17 @@ class ProfileResults:
 
         return format_memory_summary(self.session, top=top)
 
-    # -- output files: each through opscope.export.formats -----------------------------
+    # -- output files: each through opscope.outputs ------------------------------------
     def export(self, path: str, format: Optional[str] = None, **options: Any) -> None:
         """Write one output file; ``format`` names it, else ``path``'s extension picks it.
 
-        ``format`` is a name of ``opscope.export.formats.FORMATS``
+        ``format`` is a name of ``opscope.outputs.FORMATS``
         (``chrome_trace``, ``stacks``, ``report``, ``memory_timeline``), each
         also written by its own method (``fmt.method``: ``export_chrome_trace`` ...);
         ``options`` go to its writer (``metric=`` for stacks, ``device=`` for
         the memory timeline).
         """
-        from opscope.export.formats import format_for_path, get_format, missing_option
+        from opscope.outputs import format_for_path, get_format, missing_option
 
         if format is None:
             path = check_path("export", "path", path)
@@ -158,7 +158,7 @@ class ProfileResults:
             raise ValueError(f"{fmt.method} needs {need}=True: create "
                              f"the profiler with opscope.profile({need}=True, ...)")
         fmt.check(**options)
-        fmt.write(self.session, path, **options)
+        fmt(self.session, path, **options)
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the Chrome/Perfetto trace (gzipped when ``path`` ends in ``.gz``)."""

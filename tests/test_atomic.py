@@ -1,4 +1,4 @@
-"""opscope.export.atomic: all of a file or none of it, never a temp file left."""
+"""opscope.files.atomic: all of a file or none of it, never a temp file left."""
 
 import gzip
 import os
@@ -6,8 +6,9 @@ import stat
 
 import pytest
 
-from opscope.export import atomic
-from opscope.export.atomic import atomic_text_writer, check_output_folder
+from opscope.files import atomic
+from opscope.files.atomic import atomic_text_writer
+from opscope.files.output_path import check_output_path
 
 
 def test_writes_text_and_leaves_only_the_target(tmp_path):
@@ -65,7 +66,7 @@ def test_missing_folder_names_it_and_creates_nothing(tmp_path):
 
 def test_path_that_is_a_folder_is_refused(tmp_path):
     with pytest.raises(IsADirectoryError, match="folder"):
-        check_output_folder(tmp_path)
+        check_output_path(None, "path", tmp_path)
     assert os.listdir(tmp_path) == []
 
 

@@ -1,4 +1,4 @@
-"""Outputs compressed or encoded on a thread of their own (export/background.py) stay
+"""Outputs compressed or encoded on a thread of their own (files/background.py) stay
 whole, in order, and fail as a plain write would: one error, naming the file, no temp."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from opscope.export import atomic, gzip_stream
-from opscope.export.atomic import atomic_binary_writer
-from opscope.export.background import Background
+from opscope.files import atomic, gzip_stream
+from opscope.files.atomic import atomic_binary_writer
+from opscope.files.background import Background
 
 
 def _threads(prefix: str) -> list:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from opscope.export.memory_timeline import COLORS, nice_ticks, render_html
+from opscope.analysis.memory_timeline import COLORS
+from opscope.export.memory_timeline import nice_ticks, render_html
 from opscope.model.memory import CATEGORY_MEANINGS, CATEGORY_NAMES
 
 ASSETS = Path(__file__).resolve().parent.parent / "opscope" / "report" / "assets"

@@ -8,9 +8,10 @@ import os
 
 import pytest
 
-from opscope.export import FORMATS, get_format
-from opscope.export.chrome_trace import forward_backward_links, write_chrome_trace
+from opscope.export.chrome_trace import (chrome_trace_to, forward_backward_links,
+                                         write_chrome_trace)
 from opscope.export.trace_header import trace_header, validate_metadata_json
+from opscope.outputs import FORMATS, get_format
 from synthetic import (
     CLOCK_BASE_NS, EPOCH_OFFSET_NS, SCOPE_BACKWARD_FUNCTION, SCOPE_USER, Op, TensorSpec,
     make_session,
@@ -323,7 +324,7 @@ def test_header_order_lets_metadata_override_a_flag(session):
 
 
 def test_registry(session, tmp_path):
-    assert get_format("chrome_trace").write is write_chrome_trace
+    assert get_format("chrome_trace").write is chrome_trace_to
     assert FORMATS["chrome_trace"].suffix == ".json"
     get_format("chrome_trace")(session, tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text())["schemaVersion"] == 1

@@ -11,7 +11,7 @@ from test_fork import run_script
 
 ATOMIC_WRITE_ACROSS_FORK = """
     import gc, json, os, sys
-    from opscope.export.atomic import atomic_text_writer
+    from opscope.files.atomic import atomic_text_writer
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.environ["OUT"], "out.txt")
     with atomic_text_writer(path) as f:

@@ -24,11 +24,11 @@ import pytest
 
 from opscope.autograd.legacy_export import write_legacy_stacks, write_legacy_trace
 from opscope.execution_trace.writer import ExecutionTraceWriter
-from opscope.export.atomic import atomic_text_writer
+from opscope.files.atomic import atomic_text_writer
 from opscope.export.chrome_trace import write_chrome_trace
 from opscope.export.diff_html import write_diff_html
 from opscope.export.memory_timeline import write_memory_timeline
-from opscope.export.output_path import OutputFileError
+from opscope.files.output_path import OutputFileError
 from opscope.export.stacks import write_stacks
 from opscope.handlers import report_handler, tensorboard_trace_handler
 from opscope.report import write_report

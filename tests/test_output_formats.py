@@ -9,7 +9,7 @@ import torch
 
 import opscope
 from opscope.cli.results import OUTPUTS, REPORT
-from opscope.export.formats import FORMATS, format_for_path, get_format
+from opscope.outputs import FORMATS, format_for_path, get_format
 from opscope.handlers import HANDLER_FORMATS
 
 from synthetic import Op, make_session

@@ -174,9 +174,9 @@ def test_failing_export_keeps_session(collector_name, tmp_path, monkeypatch):
         torch.ones(2).add(1)
     import dataclasses
 
-    from opscope.export.formats import FORMATS
+    from opscope.outputs import FORMATS
 
-    def full_disk(session, path):
+    def full_disk(session, out, path):
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
     # every export goes through the registry of formats: break its chrome trace entry

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import opscope
-from opscope.export.stacks import collapsed_stacks
+from opscope.analysis.collapsed import collapsed_stacks
 from opscope.report import write_report
 from opscope.analysis.categories import CATEGORY_NAMES, op_kind
 from opscope.report.data import report_data

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from opscope.export import FORMATS, get_format
-from opscope.export.stacks import METRICS, collapsed_stacks, write_stacks
+from opscope.analysis.collapsed import METRICS, collapsed_stacks
+from opscope.export.stacks import stacks_to, write_stacks
+from opscope.outputs import FORMATS, get_format
 from synthetic import SCOPE_USER, Op, make_session
 
 MODULE = "train.py(3): <module>"
@@ -113,6 +114,6 @@ def test_missing_folder_is_named_and_nothing_is_written(session, tmp_path):
 
 
 def test_registry_entry_writes_stacks(session, tmp_path):
-    assert FORMATS["stacks"].write is write_stacks
+    assert FORMATS["stacks"].write is stacks_to
     get_format("stacks")(session, tmp_path / "r.stacks", metric="self_cpu_time_total")
     assert (tmp_path / "r.stacks").read_text() == EXPECTED

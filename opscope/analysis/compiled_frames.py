@@ -96,6 +96,18 @@ def first_line(text: str) -> str:
     return next((" ".join(line.split()) for line in text.splitlines() if line.strip()), "")
 
 
+def frame_notes(row: FrameRow) -> List[str]:
+    """The frame's recompile reasons and graph breaks, one line each."""
+    out = [f"frame {row.frame}: recompiled ({reason[:200]})" for reason in row.recompile_reasons]
+    if len(row.break_lines) == 1 and len(row.break_reasons) == 1:
+        return out + [f"frame {row.frame}: graph break at {row.break_lines[0]}: "
+                      f"{row.break_reasons[0][:200]}"]
+    if row.break_lines:
+        out.append(f"frame {row.frame}: graph breaks at {', '.join(row.break_lines)}")
+    out.extend(f"frame {row.frame}: graph break: {r[:200]}" for r in row.break_reasons)
+    return out
+
+
 def frame_rows(session: ProfileSession) -> List[FrameRow]:
     """The session's Dynamo frames, in the order of their first region."""
     table = session.table

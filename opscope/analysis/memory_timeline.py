@@ -42,6 +42,9 @@ from opscope.model.session import ProfileSession
 
 BEFORE = -1  # t_alloc of memory that existed before the window
 ALIVE = -1  # t_free of memory still held at the end
+# torch's colours per category, in plot order (the timeline page and the report's Memory view)
+COLORS = ("darkgreen", "goldenrod", "black", "mediumpurple", "red", "mediumblue", "royalblue",
+          "grey")
 
 
 @dataclass

@@ -12,6 +12,8 @@ and ``event_modules`` (how: ``opscope.analysis.module_owners``). Here:
 - *Which kernels ran several modules' code?* :func:`fused_kernel_counts`: the compiled
   kernels fused from nodes of several modules, each counted for one by the majority
   rule (``opscope.analysis.compiled_modules``); the module table says so under it.
+- The notes under a module table and the report's Modules view, written once here:
+  ``MEMORY_NOTE`` and :func:`fused_note`.
 
 Example (times in ns; a Net range holding an fc range holding an addmm)::
 
@@ -44,6 +46,29 @@ from opscope.analysis.autograd_links import backward_marks
 from opscope.analysis.facts import event_modules, module_ranges
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import COMPILED_CALL_PREFIX
+
+MEMORY_NOTE = ("Net CPU Mem: bytes allocated minus freed by the module's forward and backward "
+               "ops, submodules included (what backward frees of forward's cancels out, so "
+               "a submodule can exceed its parent); the op table's CPU Mem of the module's "
+               "range counts its forward only.")
+FUSED_NOTE = ("Fused kernels: {calls} call{s} of {kernels} compiled kernel{ks} ran FX nodes "
+              "of several modules; each counts for the module holding most of its nodes "
+              "(the majority rule). FunctionEvent.fused_modules and the trace's "
+              "\"Fused Modules\" arg name them all.")
+
+
+def fused_note(calls: int, kernels: int) -> str:
+    """The note on fused kernels under a module table ('' when there were none).
+
+    >>> fused_note(4, 2)[:62]
+    'Fused kernels: 4 calls of 2 compiled kernels ran FX nodes of s'
+    >>> fused_note(0, 0)
+    ''
+    """
+    if calls <= 0:
+        return ""
+    return FUSED_NOTE.format(calls=calls, s="" if calls == 1 else "s", kernels=kernels,
+                             ks="" if kernels == 1 else "s")
 
 
 def event_memory_bytes(session: ProfileSession) -> Optional[np.ndarray]:

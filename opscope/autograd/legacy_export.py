@@ -28,8 +28,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.export.output_path import check_output_path
+from opscope.files import PathLike, output_file
 
 STACK_METRICS = ("self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total",
                  "self_privateuse1_time_total")
@@ -43,8 +42,7 @@ def _us(value: float) -> float:
 
 def write_legacy_trace(events: Iterable, path: PathLike) -> None:
     """Write ``events`` (FunctionEvents) as the legacy bare-array Chrome trace."""
-    path = check_output_path("export_chrome_trace", "path", path)
-    with atomic_text_writer(path) as f:
+    with output_file(path, "export_chrome_trace").open() as f:
         f.write("[")
         first = True
         for ev in events:
@@ -65,13 +63,13 @@ def write_legacy_stacks(events: Iterable, path: PathLike,
 
     ``metric`` is one of ``STACK_METRICS`` (device metrics are 0 on the CPU).
     """
-    path = check_output_path("export_stacks", "path", path)
+    destination = output_file(path, "export_stacks")
     if metric not in STACK_METRICS:
         raise ValueError(f"export_stacks: metric must be one of {', '.join(STACK_METRICS)}; "
                          f"got {metric!r}")
     attribute = metric.replace("cuda", "device").replace("xpu", "device") \
         .replace("privateuse1", "device")
-    with atomic_text_writer(path) as f:
+    with destination.open() as f:
         for ev in events:
             stack = getattr(ev, "stack", None)
             if not stack:

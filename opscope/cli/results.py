@@ -3,7 +3,7 @@
 ``OUTPUTS`` lists the files every verb writes per recorded window (the trace);
 ``REPORT`` is the HTML report, which a verb adds with
 ``WindowWriter(..., outputs=OUTPUTS + [REPORT])``. Each names its format in
-the registry of output formats (``opscope.export.formats.FORMATS``) and is
+the registry of output formats (``opscope.outputs.FORMATS``) and is
 written with ``prof.export(path, format=...)``.
 
 Example::
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class Output(NamedTuple):
     """One file written per recorded window: what it is, its format, suffix and hint.
 
-    ``format`` is a name in ``opscope.export.formats.FORMATS``; ``suffix``
+    ``format`` is a name in ``opscope.outputs.FORMATS``; ``suffix``
     ends with one of that format's extensions.
     """
 

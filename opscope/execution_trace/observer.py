@@ -19,7 +19,7 @@ import os
 import weakref
 from typing import Any
 
-from opscope.export.output_path import check_output_path
+from opscope.files import output_file
 
 
 class ExecutionTraceObserver:
@@ -70,8 +70,8 @@ class ExecutionTraceObserver:
         naming it when its temp file cannot be created (permission denied, a
         read-only file system).
         """
-        path = check_output_path("ExecutionTraceObserver.register_callback",
-                                 "output_file_path", output_file_path)
+        destination = output_file(output_file_path, "ExecutionTraceObserver.register_callback",
+                                  "output_file_path")
         if self._registered:
             return self
         from opscope.collect.execution_trace import NodeCollector
@@ -80,12 +80,12 @@ class ExecutionTraceObserver:
         collector = NodeCollector.load()
         collector.register()
         try:
-            writer = ExecutionTraceWriter(path)
+            writer = ExecutionTraceWriter(destination)
         except BaseException:
             collector.unregister()
             raise
         self._collector, self._writer = collector, writer
-        self._output_file_path = path
+        self._output_file_path = destination.path
         self._registered = True
         _registered_observers.add(self)
         return self

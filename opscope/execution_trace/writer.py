@@ -6,7 +6,7 @@ the timestamps: a header (``schema``, ``pid``, ``time``, ``start_ts``),
 ``finish_ts``. What changed between torch versions is one ``EtFormat`` entry
 in ``FORMATS`` (the id numbering, which also changed, is chosen at build time
 in ``collect/et_observer.cpp``). The file is written atomically
-(``opscope.export.atomic``): it appears whole when the writer finishes, never
+(``opscope.files``): it appears whole when the writer finishes, never
 half-written.
 
 Example::
@@ -26,10 +26,9 @@ import json
 import os
 import re
 import time
-from typing import Any, Iterable, NamedTuple, Optional, Tuple
+from typing import Any, Iterable, NamedTuple, Optional, Tuple, Union
 
-from opscope.export.atomic import atomic_text_writer
-from opscope.export.output_path import check_output_path
+from opscope.files import OutputFile, PathLike, output_file
 
 
 class EtFormat(NamedTuple):
@@ -152,11 +151,13 @@ class ExecutionTraceWriter:
     instead of raising again.
     """
 
-    def __init__(self, path: str, fmt: Optional[EtFormat] = None):
-        self.path = check_output_path("ExecutionTraceWriter", "path", path)
+    def __init__(self, path: Union[PathLike, OutputFile], fmt: Optional[EtFormat] = None):
+        destination = path if isinstance(path, OutputFile) else output_file(
+            path, "ExecutionTraceWriter")
+        self.path = destination.path
         self.format = fmt if fmt is not None else format_for(torch_version())
         self.failed: Optional[BaseException] = None
-        self._context = atomic_text_writer(self.path)
+        self._context = destination.open()
         self._out: Optional[Any] = self._context.__enter__()
         self._out.write(
             "{\n"

@@ -1,21 +1,25 @@
-"""Output formats: one module each, one entry each in ``FORMATS`` (``export/formats.py``).
+"""Output formats' writers: one module each, each writing to an open stream.
 
-A format is written as ``FORMATS[name](session, path, **options)``, atomically,
-or picked by the path's extension with ``format_for_path``.
+The registry of formats (``opscope.outputs.FORMATS``) sits above this package
+and ``opscope.report``: it checks and opens the destination once
+(``opscope.files``) and hands the writer the stream. The path-taking functions
+here (``write_chrome_trace``, ``write_stacks``) open their path through the
+same ``opscope.files.output_file``. export/ and report/ never import each other.
 
 Example::
 
-    >>> get_format("chrome_trace").extensions[0]
-    '.json'
-    >>> format_for_path("out.stacks").name
-    'stacks'
+    >>> import io
+    >>> from opscope.analysis.build import build_session
+    >>> from opscope.model.records import RawSession
+    >>> out = io.StringIO()
+    >>> stacks_to(build_session(RawSession.empty()), out)
+    >>> out.getvalue()
+    ''
 """
 
 from __future__ import annotations
 
-from opscope.export.chrome_trace import write_chrome_trace
-from opscope.export.formats import FORMATS, OutputFormat, format_for_path, get_format
-from opscope.export.stacks import write_stacks
+from opscope.export.chrome_trace import chrome_trace_to, write_chrome_trace
+from opscope.export.stacks import stacks_to, write_stacks
 
-__all__ = ["FORMATS", "OutputFormat", "format_for_path", "get_format", "write_chrome_trace",
-           "write_stacks"]
+__all__ = ["chrome_trace_to", "stacks_to", "write_chrome_trace", "write_stacks"]

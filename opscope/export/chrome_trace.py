@@ -12,6 +12,9 @@ and Holistic Trace Analysis. Layout, as torch (Kineto) writes it::
 ``ts`` is microseconds since ``baseTimeNanoseconds`` on the Unix clock, with
 nanosecond precision (three decimals). Events are streamed one line each;
 every string goes through ``json.dumps`` so any name round-trips.
+``chrome_trace_to(session, out, path)`` writes to an open binary stream (the
+format registry, ``opscope.outputs``, opens it); ``write_chrome_trace(session,
+path)`` opens ``path`` itself.
 
 Example::
 
@@ -30,21 +33,20 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional, Tuple
+from typing import Any, BinaryIO, List, Optional, Tuple
 
 import numpy as np
 
 from opscope.analysis.aggregate import grouped
 from opscope.analysis.facts import forward_links
-from opscope.export.atomic import PathLike, atomic_binary_writer
 from opscope.export.json_rows import JsonRows, StringTable
-from opscope.export.output_path import check_output_path
 from opscope.export.trace_header import trace_header, trace_window
 from opscope.analysis.device import session_correlations
 from opscope.export.units import micros_text as _us
 from opscope.export.device_trace import (row_categories, write_device_events,
                                          write_device_processes)
 from opscope.export.trace_args import extra_args
+from opscope.files import PathLike, output_file
 from opscope.model.records import FLAG_MEMORY, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import MEMORY_EVENT
@@ -94,7 +96,7 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
     """Write ``session`` as a Chrome trace JSON file (gzip when ``path`` ends in .gz).
 
     The write is atomic; metadata that is not valid JSON raises ``ValueError``
-    naming its key before anything is written. Returns the path as a string.
+    naming its key and leaves ``path`` as it was. Returns the path as a string.
     A bad ``path`` (``''``, not a path, a folder, no such folder) fails at the
     call; a write error is an ``OSError`` naming ``path``.
 
@@ -106,15 +108,21 @@ def write_chrome_trace(session: ProfileSession, path: PathLike) -> str:
     >>> "traceEvents" in json.load(gzip.open(path, "rt"))
     True
     """
-    path = check_output_path("export_chrome_trace", "path", path)
+    destination = output_file(path, "export_chrome_trace")
+    with destination.open(binary=True) as out:
+        return chrome_trace_to(session, out, destination.path)
+
+
+def chrome_trace_to(session: ProfileSession, out: BinaryIO, path: str) -> str:
+    """Write ``session``'s Chrome trace to the binary stream ``out``; ``path`` is its
+    ``traceName`` (and is returned)."""
     header = trace_header(session)
-    with atomic_binary_writer(path) as f:
-        f.write(b"{\n")
-        for key, value in header.items():
-            f.write(f"  {json.dumps(key)}: {json.dumps(value, allow_nan=False)},\n".encode())
-        f.write(b'  "traceEvents": [\n')
-        _write_events(session, header["baseTimeNanoseconds"], _ChunkWriter(f))
-        f.write(f'\n  ],\n  "traceName": {json.dumps(path)}\n}}\n'.encode())
+    out.write(b"{\n")
+    for key, value in header.items():
+        out.write(f"  {json.dumps(key)}: {json.dumps(value, allow_nan=False)},\n".encode())
+    out.write(b'  "traceEvents": [\n')
+    _write_events(session, header["baseTimeNanoseconds"], _ChunkWriter(out))
+    out.write(f'\n  ],\n  "traceName": {json.dumps(path)}\n}}\n'.encode())
     return path
 
 

@@ -31,12 +31,11 @@ from typing import List, Optional, Sequence, Tuple
 
 from opscope.analysis.diff import DiffRow, SessionDiff
 from opscope.analysis.module_diff import ModuleDiffRow
-from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.export.output_path import check_output_path
 from opscope.export.diff_text import (change_mark, count_text, signed_percent, signed_time,
                                       summary_lines)
 from opscope.export.module_diff_text import HEADER as MODULE_HEADER, module_cells
 from opscope.export.table import format_time
+from opscope.files import PathLike, output_file
 
 _STYLE = """
 body { font: 13px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
@@ -185,9 +184,9 @@ def write_diff_html(diff: SessionDiff, path: PathLike, *, names: Tuple[str, str]
                     module_rows: Optional[Sequence[ModuleDiffRow]] = None) -> str:
     """Write the page to ``path`` atomically (with the module diff's rows when given);
     returns the path."""
-    path = check_output_path("write_diff_html", "path", path)
-    with atomic_text_writer(path) as f:
+    destination = output_file(path, "write_diff_html")
+    with destination.open() as f:
         # lone surrogates (from a trace's JSON escapes) cannot be UTF-8: write them escaped
         f.write(render_diff_html(diff, names=names, title=title, module_rows=module_rows)
                 .encode("utf-8", "backslashreplace").decode("utf-8"))
-    return path
+    return destination.path

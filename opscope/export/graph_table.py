@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from opscope.analysis.compiled_frames import FrameRow
+from opscope.analysis.compiled_frames import FrameRow, frame_notes
 from opscope.analysis.compiled_graphs import GraphRow
 from opscope.export.table import format_time
 
@@ -68,18 +68,6 @@ def aligned(header: Sequence[str], body: List[List[str]], numeric: set) -> List[
                         for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     return [rule, line(list(header)), rule] + [line(c) for c in body] + [rule]
-
-
-def frame_notes(row: FrameRow) -> List[str]:
-    """The frame's recompile reasons and graph breaks, one line each."""
-    out = [f"frame {row.frame}: recompiled ({reason[:200]})" for reason in row.recompile_reasons]
-    if len(row.break_lines) == 1 and len(row.break_reasons) == 1:
-        return out + [f"frame {row.frame}: graph break at {row.break_lines[0]}: "
-                      f"{row.break_reasons[0][:200]}"]
-    if row.break_lines:
-        out.append(f"frame {row.frame}: graph breaks at {', '.join(row.break_lines)}")
-    out.extend(f"frame {row.frame}: graph break: {r[:200]}" for r in row.break_reasons)
-    return out
 
 
 def format_graph_table(rows: Sequence[GraphRow], breaks: Dict[str, int],

@@ -9,7 +9,10 @@ The suffix picks the format, as in torch:
   over time. It fetches nothing. Sizes are labelled in GiB/MiB/KiB, which is
   what they are (torch writes "GB" over GiB values: pytorch #120171), one unit
   per axis, at round ticks (:func:`nice_ticks`). The report's Memory view uses
-  the same colours (``COLORS``) and units.
+  the same colours (``analysis.memory_timeline.COLORS``) and units.
+
+``memory_timeline_to(session, out, path, device)`` writes to an open text
+stream (the format registry, ``opscope.outputs``, opens it).
 
 Example::
 
@@ -27,34 +30,36 @@ from __future__ import annotations
 import html
 import json
 import math
-from typing import List, Sequence
+from typing import List, Sequence, TextIO
 
-from opscope.analysis.memory_timeline import categorized_blocks, raw_timeline, timeline
-from opscope.export.atomic import atomic_text_writer
-from opscope.export.output_path import check_output_path
+from opscope.analysis.memory_timeline import (COLORS, categorized_blocks, raw_timeline,
+                                              timeline)
+from opscope.files import PathLike, output_file
 from opscope.model.memory import CATEGORY_MEANINGS, CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 
-# torch's colours per category, in plot order
-COLORS = ("darkgreen", "goldenrod", "black", "mediumpurple", "red", "mediumblue", "royalblue",
-          "grey")
 
-
-def write_memory_timeline(session: ProfileSession, path: str, device: str = "cpu") -> None:
+def write_memory_timeline(session: ProfileSession, path: PathLike, device: str = "cpu") -> None:
     """Write the timeline of ``device`` to ``path``; the suffix picks the format."""
-    path = check_output_path("export_memory_timeline", "path", path)
+    destination = output_file(path, "export_memory_timeline")
+    with destination.open() as out:  # gzips a .gz path
+        memory_timeline_to(session, out, destination.path, device)
+
+
+def memory_timeline_to(session: ProfileSession, out: TextIO, path: str,
+                       device: str = "cpu") -> None:
+    """Write the timeline of ``device`` to the text stream ``out``; ``path``'s suffix
+    picks the format."""
     blocks = categorized_blocks(session)
     if path.endswith(".html"):
         times, sizes = timeline(session, device, blocks)
-        with atomic_text_writer(path) as f:
-            f.write(render_html(times, sizes, device))
+        out.write(render_html(times, sizes, device))
         return
     if path.endswith("raw.json.gz"):
         data = raw_timeline(session, device, blocks)
     else:
         data = list(timeline(session, device, blocks))
-    with atomic_text_writer(path) as f:  # gzips a .gz path
-        json.dump(data, f)
+    json.dump(data, out)
 
 
 def nice_ticks(top: float, count: int = 5) -> List[float]:

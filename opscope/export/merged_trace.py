@@ -39,8 +39,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from opscope.analysis.rank_checks import RunMark, check_one_run
 from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
-from opscope.export.atomic import atomic_binary_writer
-from opscope.export.output_path import check_output_path
+from opscope.files import output_file
 from opscope.load.lean_events import UNSET, encode_event, read_raw_args_trace
 from opscope.load.parallel import default_jobs, map_in_processes
 from opscope.load.trace_file import read_trace_bytes, read_trace_document, resolve_trace_path
@@ -159,7 +158,7 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     (``opscope.analysis.rank_checks.check_one_run``), and
     ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
-    output = check_output_path("write_merged_trace", "output", output)
+    destination = output_file(output, "write_merged_trace", "output")
     jobs = default_jobs() if jobs is None else jobs
     files = [f for f in map_in_processes(partial(_scan, max_bytes=max_bytes), list(paths), jobs)
              if f is not None]
@@ -177,7 +176,7 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     head = {"schemaVersion": 1, "baseTimeNanoseconds": origin,
             "distributedInfo": {k: v for k, v in info.items() if k != "rank"},
             MERGED_RANKS_KEY: ranks}
-    with atomic_binary_writer(output) as out:
+    with destination.open(binary=True) as out:
         out.write((json.dumps(head)[:-1] + ', "traceEvents": [\n').encode())
         out.write(",\n".join(json.dumps(event) for rank in ranks
                               for event in _process_metadata(rank)).encode())

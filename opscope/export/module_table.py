@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from opscope.arguments import check_bool, check_int, check_type
+from opscope.analysis.modules import MEMORY_NOTE, fused_note
 from opscope.export.table import (FLOP_RATE_UNITS, check_row_limit, check_sort_key,
                                   check_time_unit, flop_rate, flops_scale,
                                   format_memory, format_time, format_time_share)
@@ -46,30 +47,8 @@ SORT_KEYS = ("cpu_time_total", "self_cpu_time_total", "forward_time_total",
 INDENT = "  "
 COLUMN_GAP = 2
 WIDTH = 12
-MEMORY_NOTE = ("Net CPU Mem: bytes allocated minus freed by the module's forward and backward "
-               "ops, submodules included (what backward frees of forward's cancels out, so "
-               "a submodule can exceed its parent); the op table's CPU Mem of the module's "
-               "range counts its forward only.")
-FUSED_NOTE = ("Fused kernels: {calls} call{s} of {kernels} compiled kernel{ks} ran FX nodes "
-              "of several modules; each counts for the module holding most of its nodes "
-              "(the majority rule). FunctionEvent.fused_modules and the trace's "
-              "\"Fused Modules\" arg name them all.")
 # A long label is cut to (width - 6) characters + "...": below 7 none would be left.
 MIN_NAME_WIDTH = 7
-
-
-def fused_note(calls: int, kernels: int) -> str:
-    """The note on fused kernels under a module table ('' when there were none).
-
-    >>> fused_note(4, 2)[:62]
-    'Fused kernels: 4 calls of 2 compiled kernels ran FX nodes of s'
-    >>> fused_note(0, 0)
-    ''
-    """
-    if calls <= 0:
-        return ""
-    return FUSED_NOTE.format(calls=calls, s="" if calls == 1 else "s", kernels=kernels,
-                             ks="" if kernels == 1 else "s")
 
 
 def _tree_order(rows: Sequence, sort_by: Optional[str]) -> List[int]:

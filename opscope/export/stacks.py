@@ -1,10 +1,10 @@
 """Write collapsed stacks for flamegraph.pl and speedscope.
 
-One line per distinct path: frames root-first joined by ``;``, a space, then
-the summed metric in whole microseconds. A path is the event's Python stack
-(root first), then the op and range names enclosing the event (outermost
-first), then the event itself. Frames have spaces replaced by ``_`` (as
-torch.profiler does), so the value is always after the last space.
+One line per distinct path (``opscope.analysis.collapsed.collapsed_stacks``):
+frames root-first joined by ``;``, a space, then the summed metric in whole
+microseconds. ``stacks_to(session, out)`` writes them to an open text stream
+(the format registry, ``opscope.outputs``, opens it); ``write_stacks(session,
+path)`` opens ``path`` itself (atomic; gzip for .gz).
 
 Example::
 
@@ -24,75 +24,36 @@ Example::
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import List, TextIO
 
-from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.export.output_path import check_output_path
+from opscope.analysis.collapsed import collapsed_stacks
+from opscope.files import PathLike, output_file
 from opscope.model.session import ProfileSession
 
-CPU_METRICS = ("self_cpu_time_total",)
-DEVICE_METRICS = ("self_cuda_time_total", "self_device_time_total")
-METRICS = CPU_METRICS + DEVICE_METRICS
 
+def stacks_to(session: ProfileSession, out: TextIO, path: str = "",
+              metric: str = "self_cpu_time_total") -> None:
+    """Write ``session`` as collapsed stacks to the text stream ``out``.
 
-def frame_text(frame: str) -> str:
-    """A frame as collapsed stacks can hold it: no spaces, ``;`` or line breaks.
-
-    >>> frame_text("train.py(12): step")
-    'train.py(12):_step'
+    ``metric`` is ``"self_cpu_time_total"`` or, for device time,
+    ``"self_cuda_time_total"`` / ``"self_device_time_total"`` (nothing on a
+    CPU-only session). Paths whose total is under 1 us are left out. ``path``
+    (the file's name) is not used.
     """
-    return (frame.replace(";", ":").replace("\r", " ").replace("\n", " ")
-            .replace("\t", " ").replace(" ", "_"))
-
-
-def collapsed_stacks(session: ProfileSession, metric: str = "self_cpu_time_total") -> Dict[str, int]:
-    """Map each distinct path to its summed ``metric`` in ns, first-seen order.
-
-    Raises ``ValueError`` for an unknown metric. Device metrics are zero for
-    every event of a CPU session, so they give an empty mapping.
-    """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
-    table = session.table
-    if metric in DEVICE_METRICS or len(table) == 0:
-        return {}
-    names = [frame_text(n) for n in table.symbols.names]
-    name_ids = table.name_id.tolist()
-    parents = table.parent.tolist()
-    values = table.self_ns.tolist()
-    stacks = session.stacks
-    # parents come before their children in table order: one pass builds each chain
-    chains: List[str] = [""] * len(table)
-    totals: Dict[str, int] = {}
-    for i, (nid, p) in enumerate(zip(name_ids, parents)):
-        chain = names[nid] if p < 0 else chains[p] + ";" + names[nid]
-        chains[i] = chain
-        if values[i] <= 0:
-            continue
-        frames = stacks[i] if stacks is not None else None
-        key = (";".join(frame_text(f) for f in reversed(frames)) + ";" + chain) if frames else chain
-        totals[key] = totals.get(key, 0) + values[i]
-    return totals
+    totals = collapsed_stacks(session, metric)
+    lines: List[str] = []
+    for key, ns in totals.items():
+        us = ns // 1000
+        if us > 0:
+            lines.append(f"{key} {us}\n")
+            if len(lines) >= 8192:
+                out.write("".join(lines))
+                lines = []
+    out.write("".join(lines))
 
 
 def write_stacks(session: ProfileSession, path: PathLike,
                  metric: str = "self_cpu_time_total") -> None:
-    """Write ``session`` as collapsed stacks to ``path`` (atomic; gzip for .gz).
-
-    ``metric`` is ``"self_cpu_time_total"`` or, for device time,
-    ``"self_cuda_time_total"`` / ``"self_device_time_total"`` (an empty file on a
-    CPU-only session). Paths whose total is under 1 us are left out.
-    """
-    path = check_output_path("export_stacks", "path", path)
-    totals = collapsed_stacks(session, metric)
-    with atomic_text_writer(path) as f:
-        lines: List[str] = []
-        for key, ns in totals.items():
-            us = ns // 1000
-            if us > 0:
-                lines.append(f"{key} {us}\n")
-                if len(lines) >= 8192:
-                    f.write("".join(lines))
-                    lines = []
-        f.write("".join(lines))
-
+    """Write ``session`` as collapsed stacks to ``path`` (atomic; gzip for .gz)."""
+    with output_file(path, "export_stacks").open() as out:
+        stacks_to(session, out, metric=metric)

@@ -263,7 +263,7 @@ class OnDemandAgent:
             self._write(window, session, steps, note)
 
     def _write(self, window: _Window, session: Any, steps: int, note: Optional[str]) -> None:
-        from opscope.export.formats import FORMATS
+        from opscope.outputs import FORMATS
         from opscope.handlers import HANDLER_FORMATS
 
         # the format and file name tensorboard_trace_handler gives

@@ -211,9 +211,9 @@ class HangWatch:
                "world_size": store.world_size, **hang}
         shown = os.path.join(self.shown_folder, HANG_FILE)
         try:
-            from opscope.export.atomic import atomic_text_writer
+            from opscope.files import output_file
 
-            with atomic_text_writer(os.path.join(self.folder, HANG_FILE)) as f:
+            with output_file(os.path.join(self.folder, HANG_FILE)).open() as f:
                 json.dump(doc, f, indent=1)
         except OSError as exc:
             shown = f"(cannot write {shown}: {exc.strerror or exc})"

@@ -8,7 +8,9 @@ the file opens offline in any browser. ``write_job_report(paths, path)`` does
 the same for a torch.distributed job's per-rank traces, adding the Ranks view
 (``opscope.report.ranks``); its other views show the lowest rank.
 ``write_report_data(data, path)`` writes the page of data built elsewhere (a
-store's job: ``opscope.report.data.job_data``).
+store's job: ``opscope.report.data.job_data``). ``report_to(session, out)`` writes
+the page to an open text stream: the format registry (``opscope.outputs``) opens
+the file; the ``write_*`` functions open theirs through ``opscope.files``.
 
 Example::
 
@@ -24,10 +26,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO
 
-from opscope.export.atomic import PathLike, atomic_text_writer
-from opscope.export.output_path import check_output_path
+from opscope.files import PathLike, output_file
 from opscope.model.session import ProfileSession
 from opscope.report.data import job_data, job_report_data, report_data
 from opscope.report.page import render_html
@@ -40,10 +41,15 @@ def write_report(session: ProfileSession, path: PathLike, *,
     ``title`` defaults to the session's trace name. Raises ``FileNotFoundError``
     when the folder of ``path`` does not exist; a bad ``path`` fails before any work.
     """
-    path = check_output_path("export_report", "path", path)
-    page = render_html(report_data(session, title=title))
-    with atomic_text_writer(path) as f:
-        f.write(page)
+    with output_file(path, "export_report").open() as out:
+        report_to(session, out, title=title)
+
+
+def report_to(session: ProfileSession, out: TextIO, path: str = "", *,
+              title: Optional[str] = None) -> None:
+    """Write the HTML report of ``session`` to the text stream ``out`` (the format
+    registry, ``opscope.outputs``, opens it); ``path`` (the file's name) is not used."""
+    out.write(render_html(report_data(session, title=title)))
 
 
 def write_job_report(paths: Sequence[str], path: PathLike, *, title: Optional[str] = None,
@@ -54,19 +60,17 @@ def write_job_report(paths: Sequence[str], path: PathLike, *, title: Optional[st
     ``opscope.analysis.rank_checks.RankTraceError`` when no trace names a rank
     and ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
-    path = check_output_path("write_job_report", "path", path)
+    destination = output_file(path, "write_job_report")
     page = render_html(job_report_data(list(paths), title=title, max_bytes=max_bytes))
-    with atomic_text_writer(path) as f:
-        f.write(page)
+    with destination.open() as out:
+        out.write(page)
 
 
 def write_report_data(data: dict, path: PathLike) -> None:
     """Write the page of report ``data`` (``report_data``, ``job_data``) to ``path``, atomically."""
-    path = check_output_path("write_report_data", "path", path)
-    page = render_html(data)
-    with atomic_text_writer(path) as f:
-        f.write(page)
+    with output_file(path, "write_report_data").open() as out:
+        out.write(render_html(data))
 
 
-__all__ = ["write_report", "write_job_report", "write_report_data", "report_data",
+__all__ = ["write_report", "report_to", "write_job_report", "write_report_data", "report_data",
            "job_report_data", "job_data", "render_html"]

@@ -20,9 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional
 
-from opscope.analysis.compiled_frames import frame_rows
+from opscope.analysis.compiled_frames import frame_notes, frame_rows
 from opscope.analysis.compiled_graphs import graph_breaks, graph_rows
-from opscope.export.graph_table import frame_notes
 from opscope.model.session import ProfileSession
 
 

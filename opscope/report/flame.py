@@ -1,6 +1,6 @@
 """The flame graph (icicle): ``export_stacks``' paths folded into a tree.
 
-The paths are those of ``opscope.export.stacks.collapsed_stacks`` (the data
+The paths are those of ``opscope.analysis.collapsed.collapsed_stacks`` (the data
 ``prof.export_stacks`` writes), but user ranges come first: the enclosing user
 ranges (``ProfilerStep*``, ``train_step``, module ranges; outermost first), then
 the event's Python frames (root first) below the innermost such range's own
@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional
 
 from opscope.analysis.aggregate import display_name
 from opscope.analysis.frames import is_plumbing
-from opscope.export.stacks import frame_text
+from opscope.analysis.collapsed import frame_text
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
 from opscope.model.session import ProfileSession
 

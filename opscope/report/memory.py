@@ -5,7 +5,7 @@ The series come from ``opscope.analysis.memory_summary.held_over_time`` over
 loaded trace's ``[memory]`` events); this module decimates them for the page
 (``assets/views.js``, ``VIEWS.memory``). Without memory records the view gets
 None and says "not recorded". Each category comes with its colour (the same as
-``export_memory_timeline``'s page: ``export.memory_timeline.COLORS``) and what it
+``export_memory_timeline``'s page: ``analysis.memory_timeline.COLORS``) and what it
 holds (``model.memory.CATEGORY_MEANINGS``), which the page lists.
 
 Example::
@@ -25,7 +25,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from opscope.analysis.memory_summary import held_over_time
-from opscope.export.memory_timeline import COLORS
+from opscope.analysis.memory_timeline import COLORS
 from opscope.model.memory import CATEGORY_MEANINGS, CATEGORY_NAMES
 from opscope.model.session import ProfileSession
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from opscope.analysis.facts import event_flops
-from opscope.analysis.modules import fused_kernel_counts, module_rows
-from opscope.export.module_table import MEMORY_NOTE, fused_note
+from opscope.analysis.modules import MEMORY_NOTE, fused_kernel_counts, fused_note, module_rows
 from opscope.model.session import ProfileSession
 
 TOP_MODULES = 10

@@ -33,7 +33,7 @@ import tempfile
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator, List, Optional
 
-from opscope.export.background import Background
+from opscope.files.background import Background
 from opscope.store.folder import Footer, footer_of
 from opscope.store.schema import (MAX_PARTS, StoreError, arrow_schema, parquet_options,
                                   part_path, require_pyarrow)

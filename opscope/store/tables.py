@@ -35,7 +35,7 @@ from opscope.model.arrays import distinct
 from opscope.analysis.ancestry import event_depth
 from opscope.analysis.device import session_correlations
 from opscope.analysis.facts import event_modules, event_steps, step_ranges
-from opscope.export.background import Background
+from opscope.files.background import Background
 from opscope.model.memory import CATEGORY_NAMES, UNKNOWN
 from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX

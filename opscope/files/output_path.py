@@ -1,7 +1,7 @@
 """Where an output file really goes, and errors that name the path the user gave.
 
-``check_output_path`` checks an output path at the call (type, emptiness, a
-folder, a missing parent folder) so a bad argument fails before any work.
+``check_output_path`` checks an output path once, at the call (type, emptiness,
+a folder, a missing parent folder), so a bad argument fails before any work.
 ``resolve_output`` decides how to write it, without ever replacing a node that
 is not a regular file:
 
@@ -100,12 +100,14 @@ def new_error(code: Optional[int], reason: str, path: str,
     return error
 
 
-def check_output_path(where: str, name: str, value: Any) -> str:
-    """``value`` as a str output path, checked at the call.
+def check_output_path(where: Optional[str], name: str, value: Any) -> str:
+    """``value`` as a str output path, checked once: its type, itself, its folder.
 
-    TypeError or ValueError (from ``opscope.arguments.check_path``) for a
-    non-path or ``''``; IsADirectoryError for a folder or a path ending in a
-    separator; FileNotFoundError when the parent folder does not exist.
+    With ``where`` (the function called): TypeError or ValueError (from
+    ``opscope.arguments.check_path``) for a non-path or ``''``, and errors that
+    begin ``where: ``. IsADirectoryError for a folder (or, with ``where``, a
+    path ending in a separator); FileNotFoundError naming the folder when it
+    does not exist.
 
     >>> check_output_path("export_chrome_trace", "path", "/")
     Traceback (most recent call last):
@@ -115,9 +117,15 @@ def check_output_path(where: str, name: str, value: Any) -> str:
     Traceback (most recent call last):
     ...
     FileNotFoundError: export_chrome_trace: cannot write '/no/such/folder/trace.json': the folder '/no/such/folder' does not exist
+    >>> check_output_path(None, "path", "/no/such/folder/t.json")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: cannot write '/no/such/folder/t.json': the folder '/no/such/folder' does not exist
     """
-    path = check_path(where, name, value)
-    if path.endswith(os.sep) or os.path.isdir(path):
+    path = os.fspath(value) if where is None else check_path(where, name, value)
+    if os.path.isdir(path) or (where is not None and path.endswith(os.sep)):
+        if where is None:
+            raise new_error(errno.EISDIR, "it is a folder, expected a file path", path)
         raise IsADirectoryError(f"{where}: {name} {path!r} is a folder; expected a file path")
     problem = folder_problem(os.path.dirname(os.path.abspath(path)))
     if problem is not None:
@@ -169,19 +177,21 @@ class OutputTarget:
 def resolve_output(path: str) -> OutputTarget:
     """Follow ``path``'s symlinks (trusted ones only) and decide how to write it.
 
-    Raises OutputFileError naming ``path`` for a folder, a missing folder, a
-    block device or socket, a symlink loop or an untrusted symlink.
+    ``path`` is one ``check_output_path`` passed: its own folder is not checked
+    again, a link's is. Raises OutputFileError naming ``path`` for a folder, a
+    link into a missing folder, a block device or socket, a symlink loop or an
+    untrusted symlink.
     """
     shown = path
     current = os.path.abspath(path)
-    for _ in range(_MAX_LINKS):
+    for hop in range(_MAX_LINKS):
         folder, name = os.path.split(current)
         folder = os.path.realpath(folder)
         current = os.path.join(folder, name)
         try:
             info = os.lstat(current)
         except FileNotFoundError:
-            problem = folder_problem(folder)
+            problem = folder_problem(folder) if hop else None
             if problem is not None:
                 raise new_error(*problem, shown) from None
             return OutputTarget("file", shown, current, folder, name, None)

@@ -1,16 +1,21 @@
-"""Every output format, one entry each: ``FORMATS``.
+"""Every output format, one entry each: ``FORMATS``, the layer above every writer.
 
 An entry has the format's name, its file extensions (the first one is the
-usual one), its writer (``write(session, path, **options)``, atomic), the
-profiler options it needs (``needs``: the writer refuses a session without
-them) and those it shows when present (``uses``). The format follows from a
+usual one), its writer, whether it writes bytes (``binary``), the profiler
+options it needs (``needs``: the writer refuses a session without them) and
+those it shows when present (``uses``). Calling an entry,
+``FORMATS[name](session, path, **options)``, checks and opens the destination
+once (``opscope.files.output_file``: atomic, gzip for .gz) and hands the
+writer the open stream: ``write(session, out, path, **options)``, py-spy's
+way; no writer checks or opens a path. The format follows from a
 path's extension (``format_for_path``), as py-spy's format enum picks the
 extension; where two formats share one (``.json``, ``.html``), the longest
 extension and then the first entry win, so name the format to get the other.
 
 ``profile.export_*``, the ``on_trace_ready`` handlers (``opscope.handlers``)
 and the CLI (``opscope.cli.results``) all write through this table. Adding a
-format is one module with its writer plus one entry here.
+format is one module with its stream writer (in ``opscope/export/`` or
+``opscope/report/``) plus one entry here.
 
 Example::
 
@@ -32,8 +37,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from opscope.export.chrome_trace import write_chrome_trace
-from opscope.export.stacks import write_stacks
+from opscope.export.chrome_trace import chrome_trace_to
+from opscope.export.stacks import stacks_to
+from opscope.files import output_file
 
 
 def _no_check(**_options: Any) -> None:
@@ -45,13 +51,16 @@ class OutputFormat:
     """One output format: its name, extensions, writer and the options it needs.
 
     ``check(**options)`` validates the writer's own options (a device, a
-    metric) before anything is read or written. Calling the entry writes.
+    metric) before anything is read or written. Calling the entry writes:
+    ``write(session, out, path, **options)`` gets the open stream ``out``
+    (bytes when ``binary``, else text) and the checked ``path`` as a str.
     """
 
     name: str
     extensions: Tuple[str, ...]
     write: Callable[..., Any]
     description: str
+    binary: bool = False
     needs: Tuple[str, ...] = ()
     uses: Tuple[str, ...] = ()
     check: Callable[..., None] = _no_check
@@ -72,7 +81,19 @@ class OutputFormat:
         return max((e for e in self.extensions if name.endswith(e)), key=len, default="")
 
     def __call__(self, session, path, **options):
-        return self.write(session, path, **options)
+        """Check and open ``path`` once, then write ``session`` to it; the writer's result.
+
+        >>> import os, tempfile
+        >>> from opscope.analysis.build import build_session
+        >>> from opscope.model.records import RawSession
+        >>> path = os.path.join(tempfile.mkdtemp(), "empty.stacks")
+        >>> FORMATS["stacks"](build_session(RawSession.empty()), path)
+        >>> open(path).read()
+        ''
+        """
+        destination = output_file(path, self.method)
+        with destination.open(binary=self.binary) as out:
+            return self.write(session, out, destination.path, **options)
 
 
 def _check_device(device: Optional[str] = None) -> None:
@@ -83,29 +104,29 @@ def _check_device(device: Optional[str] = None) -> None:
         parse_device(device)
 
 
-def _write_memory_timeline(session, path, device: Optional[str] = None) -> None:
+def _write_memory_timeline(session, out, path: str, device: Optional[str] = None) -> None:
     """The memory timeline of ``device`` (default: the first GPU if any, else the CPU)."""
-    from opscope.export.memory_timeline import write_memory_timeline
+    from opscope.export.memory_timeline import memory_timeline_to
 
     if device is None:
         import torch
 
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    write_memory_timeline(session, os.fspath(path), device)
+    memory_timeline_to(session, out, path, device)
 
 
-def _write_report(session, path) -> None:
+def _write_report(session, out, path: str) -> None:
     """The HTML report (``opscope.report``, imported when first written)."""
-    from opscope.report import write_report
+    from opscope.report import report_to
 
-    write_report(session, path)
+    report_to(session, out, path)
 
 
 FORMATS: Dict[str, OutputFormat] = {f.name: f for f in (
-    OutputFormat("chrome_trace", (".json", ".json.gz"), write_chrome_trace,
-                 "Chrome trace (chrome://tracing, Perfetto, HTA); .gz to compress",
+    OutputFormat("chrome_trace", (".json", ".json.gz"), chrome_trace_to,
+                 "Chrome trace (chrome://tracing, Perfetto, HTA); .gz to compress", binary=True,
                  uses=("record_shapes", "with_stack", "with_modules", "profile_memory")),
-    OutputFormat("stacks", (".stacks", ".stacks.gz"), write_stacks,
+    OutputFormat("stacks", (".stacks", ".stacks.gz"), stacks_to,
                  "collapsed stacks for flamegraph.pl and speedscope",
                  uses=("with_stack",)),
     OutputFormat("report", (".html",), _write_report,

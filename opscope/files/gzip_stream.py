@@ -1,7 +1,7 @@
 """A gzip stream for output files: ISA-L's where installed, compressing on a thread.
 
 ``gzip_writer(name, fileobj, level)`` wraps ``fileobj`` (left open at close) in a
-standard gzip stream whose header names ``name``. ``atomic.atomic_binary_writer``
+standard gzip stream whose header names ``name``. ``atomic.OutputFile.open``
 uses it for every path that ends in ``.gz``.
 
 Example::
@@ -20,7 +20,7 @@ import gzip
 import io
 from typing import BinaryIO, Optional
 
-from opscope.export.background import Background
+from opscope.files.background import Background
 
 
 def gzip_writer(filename: str, fileobj: BinaryIO, compresslevel: int) -> BinaryIO:

@@ -1,25 +1,31 @@
 """Write an output file atomically: all of it appears, or none of it does.
 
-Writers stream into a temp file in the target's folder and ``os.replace`` it
-onto the target once everything is written, so a reader never sees half a
-file and a failure leaves neither a partial target nor the temp file behind.
-A path ending in ``.gz`` is gzip-compressed on the way.
+``output_file(path, where, name)`` checks a destination once, at the call
+(``output_path.check_output_path``), and ``OutputFile.open()`` is the one way
+to write it: a stream (text, or bytes with ``binary=True``) into a temp file
+in the target's folder, moved onto the target with ``os.replace`` once the
+block ends, so a reader never sees half a file and a failure leaves neither a
+partial target nor the temp file behind. A path ending in ``.gz`` is
+gzip-compressed on the way. ``atomic_text_writer(path)`` and
+``atomic_binary_writer(path)`` are the two in one call.
 
 A node that is not a regular file is never replaced (see
-``opscope.export.output_path``): a symlink's target is written (atomically,
+``opscope.files.output_path``): a symlink's target is written (atomically,
 in the target's folder), a FIFO or character device is written in place,
 and anything else is refused. Every error is an ``OSError`` whose filename
 is the path the caller gave, e.g. ``cannot write 'out.json': No space left
-on device``; the temp file is always removed.
+on device``; the temp file is always removed. A forked child never finishes
+or removes its parent's file: its writes are dropped, and ending the block
+in the child raises.
 
 Example::
 
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> path = os.path.join(folder, "hello.txt")
-    >>> with atomic_text_writer(path) as f:
+    >>> out = output_file(os.path.join(folder, "hello.txt"), "write_hello")
+    >>> with out.open() as f:
     ...     _ = f.write("hello\\n")
-    >>> open(path).read()
+    >>> open(out.path).read()
     'hello\\n'
     >>> os.listdir(folder)
     ['hello.txt']
@@ -34,11 +40,12 @@ import os
 import stat
 import time
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator, List, Optional, TextIO, Tuple, Union
+from dataclasses import dataclass
+from typing import IO, BinaryIO, ContextManager, Iterator, List, Optional, TextIO, Tuple, Union
 
-from opscope.export.gzip_stream import gzip_writer
-from opscope.export.output_path import (OutputTarget, folder_problem, new_error, output_error,
-                                        resolve_output)
+from opscope.files.gzip_stream import gzip_writer
+from opscope.files.output_path import (OutputTarget, check_output_path, new_error, output_error,
+                                       resolve_output)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -48,24 +55,62 @@ _BUFFER_BYTES = 1 << 20
 _FIFO_READER_WAIT_S = 2.0  # a FIFO with no reader: wait this long, then fail (never hang)
 
 
-def check_output_folder(path: PathLike) -> str:
-    """Return ``path`` as a string after checking its folder exists.
+@dataclass(frozen=True)
+class OutputFile:
+    """A checked destination (``output_file``): ``path``, and ``open()`` to write it."""
 
-    Raises ``FileNotFoundError`` naming the folder when it does not, and
-    ``IsADirectoryError`` when ``path`` itself is a folder.
+    path: str
 
-    >>> check_output_folder("/no/such/folder/trace.json")
+    @contextmanager
+    def open(self, binary: bool = False, *, encoding: str = "utf-8", compresslevel: int = 3,
+             fsync: bool = False) -> Iterator[IO]:
+        """Yield a stream whose content replaces ``path`` when the block ends.
+
+        The stream writes to a temp file in the same folder; on normal exit it
+        is closed and moved onto ``path`` with ``os.replace``. On any exception
+        the temp file is removed and the exception re-raised, leaving ``path``
+        as it was. A ``path`` ending in ``.gz`` is written gzip-compressed.
+        ``fsync`` also flushes the data to disk before the rename (survives
+        power loss). A FIFO or character device at ``path`` is written in place
+        (there is nothing to replace atomically there).
+
+        >>> import gzip, os, tempfile
+        >>> out = output_file(os.path.join(tempfile.mkdtemp(), "x.txt.gz"))
+        >>> with out.open() as f:
+        ...     _ = f.write("zipped")
+        >>> gzip.open(out.path, "rt").read()
+        'zipped'
+        >>> with output_file("/dev/null").open(binary=True) as f:
+        ...     _ = f.write(b"gone")
+        """
+        with _binary_output(self.path, compresslevel, fsync) as sink:
+            if binary:
+                yield sink
+                return
+            text = io.TextIOWrapper(sink, encoding=encoding, newline="")
+            try:
+                yield text
+            except BaseException:
+                try:  # the data is thrown away below; only detach the wrapper
+                    text.detach()
+                except Exception:
+                    pass
+                raise
+            text.detach()  # flushes into ``sink`` without closing it
+
+
+def output_file(path: PathLike, where: Optional[str] = None, name: str = "path") -> OutputFile:
+    """``path`` checked once as the destination of an output file (``check_output_path``).
+
+    ``where`` and ``name`` (the function called and its argument) begin the
+    errors of a bad argument; without them the errors name only the path.
+
+    >>> output_file("/no/such/x.json", "export_stacks")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: cannot write '/no/such/folder/trace.json': the folder '/no/such/folder' does not exist
+    FileNotFoundError: export_stacks: cannot write '/no/such/x.json': the folder '/no/such' does not exist
     """
-    path = os.fspath(path)
-    problem = folder_problem(os.path.dirname(os.path.abspath(path)))
-    if problem is not None:
-        raise new_error(*problem, path)
-    if os.path.isdir(path):
-        raise new_error(errno.EISDIR, "it is a folder, expected a file path", path)
-    return path
+    return OutputFile(check_output_path(where, name, path))
 
 
 class _RawOutput(io.FileIO):
@@ -174,45 +219,23 @@ def _open_folder(target: OutputTarget) -> int:
     return folder_fd
 
 
-@contextmanager
-def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8",
-                       compresslevel: int = 3, fsync: bool = False) -> Iterator[TextIO]:
-    """Yield a text stream whose content replaces ``path`` when the block ends.
+def atomic_text_writer(path: PathLike, *, encoding: str = "utf-8", compresslevel: int = 3,
+                       fsync: bool = False) -> ContextManager[TextIO]:
+    """``output_file(path).open()``: a text stream whose content replaces ``path``.
 
-    The stream writes to a temp file in the same folder; on normal exit it is
-    closed and moved onto ``path`` with ``os.replace``. On any exception the
-    temp file is removed and the exception re-raised, leaving ``path`` as it
-    was. A ``path`` ending in ``.gz`` is written gzip-compressed. ``fsync``
-    also flushes the data to disk before the rename (survives power loss).
-
-    >>> import gzip, os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.txt.gz")
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.txt")
     >>> with atomic_text_writer(path) as f:
-    ...     _ = f.write("zipped")
-    >>> gzip.open(path, "rt").read()
-    'zipped'
+    ...     _ = f.write("text")
+    >>> open(path).read()
+    'text'
     """
-    with atomic_binary_writer(path, compresslevel=compresslevel, fsync=fsync) as sink:
-        text = io.TextIOWrapper(sink, encoding=encoding, newline="")
-        try:
-            yield text
-        except BaseException:
-            try:  # the data is thrown away below; only detach the wrapper
-                text.detach()
-            except Exception:
-                pass
-            raise
-        text.detach()  # flushes into ``sink`` without closing it
+    return output_file(path).open(encoding=encoding, compresslevel=compresslevel, fsync=fsync)
 
 
-@contextmanager
 def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
-                         fsync: bool = False) -> Iterator[BinaryIO]:
-    """Yield a binary stream whose content replaces ``path`` when the block ends.
-
-    Same contract as ``atomic_text_writer``, for bytes. A FIFO or character
-    device at ``path`` is written in place instead (there is nothing to
-    replace atomically there).
+                         fsync: bool = False) -> ContextManager[BinaryIO]:
+    """``output_file(path).open(binary=True)``: a binary stream that replaces ``path``.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
@@ -220,10 +243,13 @@ def atomic_binary_writer(path: PathLike, *, compresslevel: int = 3,
     ...     _ = f.write(b"raw")
     >>> open(path, "rb").read()
     b'raw'
-    >>> with atomic_binary_writer("/dev/null") as f:
-    ...     _ = f.write(b"gone")
     """
-    path = check_output_folder(path)
+    return output_file(path).open(binary=True, compresslevel=compresslevel, fsync=fsync)
+
+
+@contextmanager
+def _binary_output(path: str, compresslevel: int, fsync: bool) -> Iterator[BinaryIO]:
+    """The binary stream of ``OutputFile.open``, for a ``path`` checked already."""
     target = resolve_output(path)
     fd, folder_fd, tmp = _open_output(path, target)
     opened: List = []  # outermost last, for cleanup
