@@ -118,7 +118,7 @@ def measure_cost(workload, reps: int, warmup: bool, folder: str) -> dict:
 
 def measure_memory(folder: str, seconds: float, max_mb: float, run_s: float) -> dict:
     """Kept bytes and RSS growth of a tiny-op loop run for ``run_s`` under a small box."""
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     native = load_native()
     add = tiny_adds()

@@ -12,7 +12,7 @@ read). Rank 0 measures, each figure the median of its repetitions:
   ``opscope.profile()`` (an ordinary op: opscope's observer does nothing more for it
   either way);
 - ``wrapped_us`` and ``note_us``: while a window records, opscope wraps torch's
-  ProcessGroup methods (``collect/process_group_calls.py``): CPU time of the same
+  ProcessGroup methods (``collect/job/process_group_calls.py``): CPU time of the same
   all_reduce with the wrappers on (interleaved with ``allreduce_cpu_us`` off, 5 times
   each), and of the wrapper's own bookkeeping for one call (group, sizes, call site);
 - ``stop_ms`` and ``export_ms``: CPU time of the process to leave an ``opscope.profile()``
@@ -61,7 +61,7 @@ def worker(collectives: int) -> None:
     a, b = torch.ones(2), torch.ones(2)
     _per_call_ns(lambda: dist.all_reduce(t), 200, 1)  # warm up
     allreduce = _per_call_ns(lambda: dist.all_reduce(t), 500, 5)
-    from opscope.collect.process_group_calls import METHODS, ProcessGroupCalls
+    from opscope.collect.job.process_group_calls import METHODS, ProcessGroupCalls
 
     plain, wrapped = [], []
     for _ in range(5):  # interleaved: the wrappers off, then on

@@ -3,7 +3,7 @@
 While it is registered, every op pays for RecordFunction's own machinery (building the
 RecordFunction, looking up callbacks, calling them, and with ``needs_inputs`` collecting
 the inputs) but the observer records nothing. It lives in opscope's native module
-(``empty_observer_start``/``empty_observer_stop`` in ``opscope/collect/observer/ranges.h``).
+(``empty_observer_start``/``empty_observer_stop`` in ``opscope/collect/native/observer/ranges.h``).
 
 Example::
 
@@ -18,7 +18,7 @@ import contextlib
 
 def load():
     """opscope's native module (built on first use), which carries the empty observer."""
-    from opscope.collect.native_build import failure_reason, load_native
+    from opscope.collect.native.build import failure_reason, load_native
 
     module = load_native()
     if module is None:

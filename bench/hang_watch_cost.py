@@ -35,7 +35,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from opscope.collect.live_collectives import rank_state
+    from opscope.collect.job.live_collectives import rank_state
     from opscope.on_demand.hang import HangWatch
 
     torch.set_num_threads(1)

@@ -43,7 +43,7 @@ PROBE = (
     "    return run\n"
     "atexit.register(lambda: print('paths', spent[0], flush=True))\n"
     "threading._shutdown = timed(threading._shutdown)\n"
-    "for name in ('opscope.on_demand', 'opscope.collect.job_store'):\n"
+    "for name in ('opscope.on_demand', 'opscope.collect.job.store'):\n"
     "    at_exit = getattr(sys.modules.get(name), '_at_exit', None)\n"
     "    if at_exit is not None:\n"
     "        atexit.unregister(at_exit); atexit.register(timed(at_exit))\n")

@@ -44,8 +44,8 @@ def child() -> None:
 
     from torch.distributed import TCPStore
 
-    from opscope.collect import job_store
-    from opscope.collect.job_store import JobStore
+    from opscope.collect.job import store as job_store
+    from opscope.collect.job.store import JobStore
     from opscope.on_demand.agent import OnDemandAgent
     from opscope.on_demand.job import JobRequests
 

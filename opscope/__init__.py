@@ -39,11 +39,11 @@ _API = {
     "ProfilerActivityConfig": "opscope.configs",
     "report_handler": "opscope.handlers", "store_handler": "opscope.handlers",
     "tensorboard_trace_handler": "opscope.handlers",
-    "profile": "opscope.profiler", "blackbox": "opscope.black_box.box",
+    "profile": "opscope.api.profiler", "blackbox": "opscope.black_box.box",
     "disable_on_demand": "opscope.on_demand", "enable_on_demand": "opscope.on_demand",
     "track_optimizer_steps": "opscope.step_tracker",
     "ExecutionTraceObserver": "opscope.execution_trace",
-    "SessionProfile": "opscope.session_profile",
+    "SessionProfile": "opscope.api.session_profile",
 }
 
 __all__ = [
@@ -132,13 +132,13 @@ def _make_load_callable() -> None:
 
     class CallableLoadPackage(type(package)):
         def __call__(self, path_or_store, rank=None, window=None, **options):
-            from opscope.session_profile import load
+            from opscope.api.session_profile import load
 
             return load(path_or_store, rank, window, **options)
 
     CallableLoadPackage.__call__.__doc__ = (
         "opscope.load(path_or_store, rank=None, window=None, *, max_bytes=None): "
-        "see opscope.session_profile.load")
+        "see opscope.api.session_profile.load")
     package.__class__ = CallableLoadPackage
 
 

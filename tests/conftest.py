@@ -12,12 +12,12 @@ import pytest
 def no_hooks_left_installed():
     """After every test: no opscope profiler active, no collector recording, no module hook."""
     yield
-    from opscope import profiler
+    from opscope.api import profiler
     from opscope.record_function import recording_collector
 
     assert recording_collector() is None, "a collector is still wired to record_function"
     assert profiler._active is None, "an opscope.profile is still marked active"
-    from opscope.collect.native_build import _loaded
+    from opscope.collect.native.build import _loaded
 
     if _loaded is not None:
         assert not _loaded.is_recording(), "the native observer is still registered"

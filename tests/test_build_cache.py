@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from opscope.collect import build_cache, native_build
+from opscope.collect.native import build_cache, build as native_build
 from venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ TIMEOUT_S = 600
 
 PROBE = textwrap.dedent("""
     import sys, torch, opscope
-    from opscope.collect import native_build
+    from opscope.collect.native import build as native_build
     module = native_build.load_native()
     print("NATIVE", module is not None)
     if module is not None:
@@ -493,7 +493,7 @@ def test_killed_builder_does_not_block_the_next_run(built_cache):
 FORK_WHILE_HOLDING = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from opscope.collect.build_cache import BuildLock
+    from opscope.collect.native.build_cache import BuildLock
     lock = BuildLock(Path(sys.argv[1]))
     assert lock.acquire(0, lambda: None)
     child = os.fork()
@@ -530,7 +530,7 @@ def test_forked_child_does_not_keep_the_build_lock(tmp_path):
 
 BAD_EXTENSION = textwrap.dedent("""
     import sys
-    from opscope.collect.native_build import NativeExtension
+    from opscope.collect.native.build import NativeExtension
     ext = NativeExtension(sys.argv[1] if len(sys.argv) > 1 else {source!r}, "opscope_bad",
                           "bad extension", "it is skipped")
     print("LOADED", ext.load() is not None)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from opscope.collect.clock_sync import estimate_offset, launched_on_one_host
+from opscope.collect.job.clock_sync import estimate_offset, launched_on_one_host
 from opscope.model.torch_names import CLOCK_OFFSET_KEY
 from subprocesses import run_in_group
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from opscope.analysis.rank_traces import load_ranks
-from opscope.analysis.ranks import analyse_ranks
+from opscope.analysis.ranks.facts import load_ranks
+from opscope.analysis.ranks.analyse import analyse_ranks
 from opscope.cli.main import main as cli_main
 from opscope.model.collective_facts import CollectiveFacts
 from test_ranks import STEPS, ranks_json, run_job
@@ -187,7 +187,7 @@ def test_facts_from_args_refuse_wrong_types():
 
 
 def test_the_recorders_entries_become_rows_and_bad_ones_are_skipped(monkeypatch):
-    from opscope.collect import flight_recorder
+    from opscope.collect.job import flight_recorder
 
     good = {"time_created_ns": 50, "process_group": ("2", "tp"), "is_p2p": False,
             "collective_seq_id": 7, "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce",

@@ -1,6 +1,6 @@
 """The CUDA device collector without a GPU: CUPTI records built from the headers' structs.
 
-The collector (collect/cupti_observer.cpp) is compiled against the installed
+The collector (collect/native/cupti_observer.cpp) is compiled against the installed
 CUPTI headers; ``record_bytes`` lays out each record with the header's own
 struct, and ``decode_buffer`` runs the decoder that CUPTI's buffer callback
 runs. The records then go through the same path as a live window's: the
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from opscope.collect import cupti
+from opscope.collect.native import cupti
 
 pytestmark = pytest.mark.skipif(
     cupti.find_headers() is None,
@@ -84,7 +84,7 @@ def step_session(ext):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
-    import opscope.profiler as profiler_module
+    import opscope.api.profiler as profiler_module
 
     # the window's RawSession as the collector gave it (a built session keeps no records)
     raws, build = [], profiler_module.build_session
@@ -340,8 +340,8 @@ def test_module_table_has_each_modules_device_time(device_session):
 
 
 def test_a_collector_that_cannot_build_says_so_in_one_line(tmp_path, monkeypatch, capfd):
-    from opscope.collect.native_build import NativeExtension
-    from opscope.collect.python_collector import PythonCollector
+    from opscope.collect.native.build import NativeExtension
+    from opscope.collect.python.collector import PythonCollector
     from opscope.collect.recording import Recording
 
     monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache"))

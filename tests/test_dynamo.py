@@ -445,7 +445,7 @@ def test_missing_lines_from_stacks():
         "MISSING autograd::engine::evaluate_function: MulBackward0: "
         "(no Python stack recorded)",
     ]
-    profiler_frame = opscope.__file__.replace("__init__.py", "profiler.py(200): stop")
+    profiler_frame = opscope.__file__.replace("__init__.py", "api/profiler.py(200): stop")
     assert missing_line("aten::zeros", [profiler_frame, "/src/train.py(3): <module>"]) is None
     torch_only = torch.__file__.replace("__init__.py", "functional.py(9): f")
     assert missing_line("aten::zeros", [torch_only]) == \

@@ -52,7 +52,7 @@ def make_step(range_function=torch.profiler.record_function):
 @pytest.fixture(autouse=True)
 def no_observer_left_registered():
     yield
-    from opscope.collect.execution_trace import EXTENSION
+    from opscope.collect.native.execution_trace import EXTENSION
 
     ext = EXTENSION._loaded
     assert ext is None or not ext.is_registered(), "an ExecutionTraceObserver is still registered"

@@ -408,7 +408,7 @@ def test_report_help_offers_no_all_and_refuses_it_at_parse(capsys):
 
 # -- item 32: missing build tools are one line, said before any compiling ---------------
 
-BUILD_PROBE = ("from opscope.collect.native_build import load_native\n"
+BUILD_PROBE = ("from opscope.collect.native.build import load_native\n"
                "print('NATIVE', load_native() is not None)\n")
 
 

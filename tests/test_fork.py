@@ -59,7 +59,7 @@ FORK_WHILE_RECORDING = """
                          "wired": recording_collector() is not None,
                          "hooks": len(installed_hooks()) + len(memory_hooks)}
                 if prof._collector.name == "native":
-                    from opscope.collect.native_build import load_native
+                    from opscope.collect.native.build import load_native
                     child["native_recording"] = load_native().is_recording()
                     child["held_bytes"] = prof._collector.held_record_bytes()
                     child["chunk_bytes"] = load_native().region_bytes

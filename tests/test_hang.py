@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from opscope.analysis.hangs import find_hang, parse_state, script_frame
+from opscope.analysis.ranks.hangs import find_hang, parse_state, script_frame
 from opscope.cli.main import main as cli_main
-from opscope.collect.job_store import JobStore, key
+from opscope.collect.job.store import JobStore, key
 from opscope.on_demand.hang import GATHER_S, HANG_FILE, HANG_KEY, HangWatch
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from opscope.collect import job_store
+from opscope.collect.job import store as job_store
 from subprocesses import run_in_group
 from test_clock_sync import free_port
 

@@ -17,8 +17,8 @@ import warnings
 
 import pytest
 
-from opscope.collect import clock_sync, job_store
-from opscope.collect.job_store import JobStore, key
+from opscope.collect.job import clock_sync, store as job_store
+from opscope.collect.job.store import JobStore, key
 from opscope.on_demand import control
 from opscope.on_demand.agent import OnDemandAgent
 from opscope.on_demand.job import JobRequests

@@ -10,7 +10,7 @@ import textwrap
 
 import torch
 
-from opscope.collect import native_build
+from opscope.collect.native import build as native_build
 
 
 def test_build_key_names_torch_version_python_and_hash():

@@ -1,4 +1,4 @@
-"""The native observer's headers (collect/observer/*.h): in its build key, its build and
+"""The native observer's headers (collect/native/observer/*.h): in its build key, its build and
 its package data.
 
 observer.cpp is one translation unit that includes a header per job; a cached build is
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from opscope.collect import build_cache, native_build
-from opscope.collect.native_build import NativeExtension
+from opscope.collect.native import build_cache, build as native_build
+from opscope.collect.native.build import NativeExtension
 
 ROOT = Path(__file__).resolve().parents[1]
-COLLECT = ROOT / "opscope" / "collect"
+COLLECT = ROOT / "opscope" / "collect" / "native"
 HEADERS = COLLECT / "observer"
 
 
@@ -90,7 +90,7 @@ def test_every_cpp_source_is_package_data():
     package = ROOT / "opscope"
     sources = sorted(p.relative_to(package).as_posix() for suffix in ("*.cpp", "*.h")
                      for p in package.rglob(suffix))
-    assert "collect/observer/records.h" in sources
+    assert "collect/native/observer/records.h" in sources
     # every C++ source of the package goes into an installed (not editable) opscope
     missing = [s for s in sources if not any(fnmatch.fnmatch(s, p) for p in patterns)]
     assert not missing, f"C++ sources not in pyproject.toml's package-data: {missing}"

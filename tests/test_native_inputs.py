@@ -113,7 +113,7 @@ def test_the_fast_path_is_found_on_this_torch(native_only):
     results stay right, so only this test notices. Run on each torch of the version matrix
     (bench/compat.py). After ops of both kinds (operators, and autograd's ranges with names
     of their own) the variant index is confirmed, so those ranges take the fast path too."""
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     x = torch.randn(4, 4, requires_grad=True)
     with opscope.profile():
@@ -200,7 +200,7 @@ def membarrier_supported() -> bool:
 def test_stop_fences_the_fast_path_with_membarrier_where_the_kernel_has_it(native_only):
     """Where the kernel has membarrier, on_start_fast publishes its busy flag with a plain
     store and stop() makes every thread fence (an asymmetric Dekker handshake)."""
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     with opscope.profile():
         torch.ones(2).add(1)

@@ -27,7 +27,7 @@ RECORD_SLOT_BYTES = 56  # a 48-byte record and torch's context beside it
 
 
 def native():
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     return load_native()
 
@@ -93,7 +93,7 @@ def test_a_range_open_at_stop_lets_its_region_go_once_it_ends(native_only):
 MEMORY_RUNS_OUT = """
     import json, resource, warnings
     import torch, opscope
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     ext = load_native()
     per_region = ext.region_bytes // {slot_bytes}

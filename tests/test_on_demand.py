@@ -33,7 +33,7 @@ TRAIN_SCRIPT = textwrap.dedent("""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
     from opscope.record_function import recording_collector
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
     native = load_native()
     changes, recording, steps = [], False, 0
     deadline = time.time() + 90

@@ -216,7 +216,7 @@ def test_which_processes_get_no_agent(argv, skipped):
 
 def test_the_native_build_worker_gets_no_agent(tmp_path):
     """It imports torch to build the collector; on-demand there would build it again inside."""
-    from opscope.collect import native_build
+    from opscope.collect.native import build as native_build
 
     worker = [native_build._RUN_WORKER, str(native_build._WORKER), str(tmp_path / "missing.cpp"),
               str(tmp_path), "x", str(os.getpid())]

@@ -15,7 +15,8 @@ import threading
 
 import pytest
 
-from opscope.analysis.rank_traces import load_ranks, trace_paths
+from opscope.analysis.ranks.facts import load_ranks
+from opscope.load.ranks import trace_paths
 from opscope.export.merged_trace import write_merged_trace
 from opscope.load.parallel import WorkerDied, map_in_processes
 

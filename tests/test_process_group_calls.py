@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from opscope.collect import process_group_calls
-from opscope.collect.process_group_calls import ProcessGroupCalls
+from opscope.collect.job import process_group_calls
+from opscope.collect.job.process_group_calls import ProcessGroupCalls
 from subprocesses import run_in_group
 from test_ranks import free_port, ranks_json
 

@@ -504,7 +504,7 @@ def test_collector_range_push_refuses_names_it_cannot_record(collector_name, bad
 
 
 def test_native_range_push_refuses_nul_even_unchecked(native_only):
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     ext = load_native()
     with pytest.raises(ValueError, match="NUL"):

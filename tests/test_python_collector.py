@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import (
     TorchDispatchMode, _get_current_dispatch_mode_stack, _len_torch_dispatch_stack,
 )
 
-from opscope.collect.python_collector import PythonCollector
+from opscope.collect.python.collector import PythonCollector
 from opscope.model.records import (
     FLAG_UNFINISHED, NO_INPUTS, SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION, SCOPE_USER,
 )

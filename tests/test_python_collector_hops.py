@@ -1,7 +1,7 @@
 """Higher-order ops (``torch.cond``) under the Python fallback collector, on every torch.
 
 torch 2.4 and 2.8 raise when a HOP meets a dispatch mode with no rule for it
-(``collect/python_hops.py`` registers one); newer torch routes HOPs to the mode
+(``collect/python/hops.py`` registers one); newer torch routes HOPs to the mode
 itself. Either way a HOP is one record, named as torch names it, and the ops
 around it are recorded as usual.
 """
@@ -16,8 +16,8 @@ import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
 import opscope
-from opscope.collect.python_collector import PythonCollector, _OpMode
-from opscope.collect.python_hops import route_higher_order_ops, torch_routes_higher_order_ops
+from opscope.collect.python.collector import PythonCollector, _OpMode
+from opscope.collect.python.hops import route_higher_order_ops, torch_routes_higher_order_ops
 
 
 def _dynamo_registry_wrapped() -> bool:
@@ -30,7 +30,7 @@ def nothing_left_installed():
     before = (sys.getprofile(), threading.getprofile(), _len_torch_dispatch_stack())
     yield
     assert (sys.getprofile(), threading.getprofile(), _len_torch_dispatch_stack()) == before
-    assert not _dynamo_registry_wrapped(), "python_dynamo's wrapper outlived the recording"
+    assert not _dynamo_registry_wrapped(), "collect.python.dynamo's wrapper outlived the recording"
 
 
 def _names(raw):

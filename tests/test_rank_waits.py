@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from opscope.analysis.ranks import analyse_ranks
-from opscope.analysis.rank_traces import rank_facts
+from opscope.analysis.ranks.analyse import analyse_ranks
+from opscope.analysis.ranks.facts import rank_facts
 from synthetic import SCOPE_USER, Op, make_session
 
 LATE_US = 300

@@ -20,8 +20,10 @@ import pytest
 
 from opscope.analysis.build import load_session
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.rank_traces import rank_facts, session_rank, trace_paths
-from opscope.analysis.ranks import RankFacts, analyse_ranks
+from opscope.analysis.ranks.facts import rank_facts, session_rank
+from opscope.load.ranks import trace_paths
+from opscope.analysis.ranks.analyse import analyse_ranks
+from opscope.analysis.ranks.facts import RankFacts
 from opscope.cli.main import main as cli_main
 from subprocesses import run_in_group
 

@@ -17,8 +17,10 @@ import sys
 
 import pytest
 
-from opscope.analysis.rank_checks import MAX_RANKS, RankTraceError
-from opscope.analysis.ranks import RankFacts, analyse_ranks
+from opscope.analysis.ranks.checks import MAX_RANKS
+from opscope.load.ranks import RankTraceError
+from opscope.analysis.ranks.analyse import analyse_ranks
+from opscope.analysis.ranks.facts import RankFacts
 from opscope.cli.main import main as cli_main
 from subprocesses import run_in_group
 
@@ -205,7 +207,9 @@ def test_rank_numbers_never_size_memory_under_a_cap(tmp_path):
 def test_rank_facts_past_the_bounds_are_refused_by_the_analysis(tmp_path):
     """A store's facts are not read through load_ranks: the analysis checks them too (in a
     capped subprocess: before the fix, this built a list of 2,000,000,000 missing ranks)."""
-    code = ("from opscope.analysis.ranks import RankFacts, RankTraceError, analyse_ranks\n"
+    code = ("from opscope.analysis.ranks.analyse import analyse_ranks\n"
+            "from opscope.analysis.ranks.facts import RankFacts\n"
+            "from opscope.load.ranks import RankTraceError\n"
             "try:\n"
             "    analyse_ranks([RankFacts(0), RankFacts(2_000_000_000)])\n"
             "except RankTraceError as exc:\n"

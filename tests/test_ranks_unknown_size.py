@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.ranks import RankFacts, analyse_ranks
+from opscope.analysis.ranks.analyse import analyse_ranks
+from opscope.analysis.ranks.facts import RankFacts
 from opscope.export.ranks_text import format_ranks
 
 

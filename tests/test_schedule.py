@@ -143,7 +143,7 @@ def test_torch_schedule_is_accepted(native_only):
 
 def test_every_transition_step_has_a_method():
     """Each step name TRANSITIONS uses is one of schedule.STEP_NAMES, taken by a profile method."""
-    from opscope.profiler import profile
+    from opscope.api.profiler import profile
     from opscope.schedule import OUTPUT_STEPS, STEP_NAMES, WARN_PREFIX
 
     used = {name for steps in TRANSITIONS.values() for name in steps
@@ -157,7 +157,7 @@ def test_every_transition_step_has_a_method():
 
 def test_a_failing_output_step_runs_the_steps_after_it(native_only, monkeypatch):
     """"ready" still runs after "stop" fails; the first error is raised, a second one warns."""
-    from opscope.profiler import profile
+    from opscope.api.profiler import profile
 
     original_stop = profile._STEPS["stop"]
 

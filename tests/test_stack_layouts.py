@@ -22,11 +22,11 @@ import pytest
 import torch
 
 import opscope
-from opscope.collect import native
-from opscope.collect.native_build import load_native
+from opscope.collect.native import collector as native
+from opscope.collect.native.build import load_native
 from subprocesses import run_in_group
 
-HEADERS = Path(opscope.__file__).parent / "collect" / "observer"
+HEADERS = Path(opscope.__file__).parent / "collect" / "native" / "observer"
 FRAMES = HEADERS / "frames.h"  # the walk; each CPython's layout in frames_cpython3XX.h
 KNOWN = {(3, 10), (3, 11), (3, 12), (3, 13)}
 

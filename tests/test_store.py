@@ -25,7 +25,7 @@ import torch
 import opscope
 from opscope.analysis.build import load_session
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.rank_traces import RankFacts
+from opscope.analysis.ranks.facts import RankFacts
 from opscope.model.session import OPTION_NAMES
 from opscope.store import StoreError, connect, load_store_session, read_window, windows
 from opscope.store.schema import COLUMNS, MARKER

@@ -20,7 +20,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
 
 from opscope.analysis.build import load_session  # noqa: E402
-from opscope.analysis.rank_traces import load_ranks  # noqa: E402
+from opscope.analysis.ranks.facts import load_ranks  # noqa: E402
 from opscope.cli import convert as convert_verb  # noqa: E402
 from opscope.cli import main as cli_main  # noqa: E402
 from opscope.store import StoreError, connect  # noqa: E402

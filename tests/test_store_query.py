@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import opscope
-from opscope.analysis.rank_traces import load_ranks
-from opscope.analysis.ranks import analyse_ranks
+from opscope.analysis.ranks.facts import load_ranks
+from opscope.analysis.ranks.analyse import analyse_ranks
 from opscope.cli.main import main as cli_main
 from opscope.store import connect
 from opscope.store.connect import VIEWS

@@ -23,7 +23,8 @@ pytest.importorskip("pyarrow")
 
 import opscope  # noqa: E402
 from opscope.analysis.build import load_session  # noqa: E402
-from opscope.analysis.rank_traces import session_rank, trace_paths  # noqa: E402
+from opscope.analysis.ranks.facts import session_rank  # noqa: E402
+from opscope.load.ranks import trace_paths  # noqa: E402
 from opscope.cli.main import main as cli_main  # noqa: E402
 from opscope.store.write import StoreWriter  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""No false stragglers (issue 31, 3): the rule of ``opscope.analysis.stragglers``.
+"""No false stragglers (issue 31, 3): the rule of ``opscope.analysis.ranks.stragglers``.
 
 Real balanced jobs (``tests/ranks_workloads/ddp_train.py`` under torchrun on gloo, no rank
 slower by design, several steps each) of 2, 3 and 4 ranks, one job per rank count on a
@@ -14,9 +14,9 @@ import glob
 import numpy as np
 import pytest
 
-from opscope.analysis.ranks import analyse_ranks
-from opscope.analysis.rank_traces import load_ranks
-from opscope.analysis.stragglers import (MIN_LATE_COLLECTIVES, NOISE_FACTOR, Straggler,
+from opscope.analysis.ranks.analyse import analyse_ranks
+from opscope.analysis.ranks.facts import load_ranks
+from opscope.analysis.ranks.stragglers import (MIN_LATE_COLLECTIVES, NOISE_FACTOR, Straggler,
                                          find_stragglers, lateness_matrix)
 from test_ranks import run_job
 

@@ -25,7 +25,8 @@ import torch
 import opscope
 from opscope.analysis.diff import diff_sessions
 from opscope.analysis.build import load_session
-from opscope.analysis.rank_traces import RankTraceError, rank_facts
+from opscope.analysis.ranks.facts import rank_facts
+from opscope.load.ranks import RankTraceError
 from opscope.load import TraceLoadError
 from opscope.cli.table import session_table
 from opscope.export.diff_text import format_diff

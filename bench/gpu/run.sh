@@ -13,8 +13,8 @@ python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.v
 python3 -m pip list 2>/dev/null | grep -i -E "^nvidia-cuda-(cupti|runtime|crt|nvcc)" 
 ls /usr/local/cuda/include/crt/host_defines.h 2>&1 | tail -1
 ( time python3 -c "
-import opscope.collect.native_build as nb; print('observer', nb.load_native() is not None)
-from opscope.collect import cupti; print('cupti opts', cupti.build_options()['cflags']); print('lib', cupti.find_library())
+import opscope.collect.native.build as nb; print('observer', nb.load_native() is not None)
+from opscope.collect.native import cupti; print('cupti opts', cupti.build_options()['cflags']); print('lib', cupti.find_library())
 print('cupti ext', cupti.load_collector())
 " ) 2>&1 | tail -8
 mkdir -p /tmp/check

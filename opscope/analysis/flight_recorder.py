@@ -2,8 +2,8 @@
 
 A live recording keeps two sets of rows in its metadata: the flight
 recorder's for the window (``FLIGHT_RECORDER_KEY``, see
-``opscope.collect.flight_recorder``) and the process-group calls of the job's
-Python (``PROCESS_GROUP_CALLS_KEY``, ``opscope.collect.process_group_calls``).
+``opscope.collect.job.flight_recorder``) and the process-group calls of the job's
+Python (``PROCESS_GROUP_CALLS_KEY``, ``opscope.collect.job.process_group_calls``).
 The recorder notes a collective while its dispatcher op (``c10d::allreduce_``)
 runs on the calling thread, and a call's row spans the dispatcher op it made,
 so each row belongs to the op of its kind whose span meets the row's (one

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from opscope.collect.native_build import NativeExtension
+from opscope.collect.native.build import NativeExtension
 
 SCANNER = NativeExtension(Path(__file__).parents[1] / "load" / "trace_scan.cpp",
                           "opscope_trace_scan", "trace scanner",

@@ -99,7 +99,7 @@ class profile:
         if self.entered:
             raise RuntimeError("Profiler context manager is not reentrant: this "
                                "opscope.autograd.profile already ran; create a new one")
-        from opscope.profiler import profile as modern_profile
+        from opscope.api.profiler import profile as modern_profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.use_cuda else [])
         prof = modern_profile(activities=activities, record_shapes=self.record_shapes,

@@ -45,7 +45,7 @@ from opscope.black_box.job import JobDumps, post_dump
 from opscope.black_box.ring import Ring
 from opscope.black_box.triggers import Hooks, StepWatch
 from opscope.collect.recording import Recording
-from opscope.profiler_setup import complete_distributed_info, torchrun_env_info
+from opscope.api.options import complete_distributed_info, torchrun_env_info
 from opscope.record_function import set_recording_collector
 from opscope.step_tracker import StepTracker, track_optimizer_steps
 

@@ -1,7 +1,7 @@
 """The black box at a crash: the ring written raw from the signal handler.
 
 On SIGSEGV, SIGBUS, SIGFPE or SIGABRT nothing in Python can run, so the
-native observer (``collect/observer/fatal.h``: ``install_fatal``) writes the ring
+native observer (``collect/native/observer/fatal.h``: ``install_fatal``) writes the ring
 itself, with async-signal-safe calls only, to
 ``DIR/<script>.blackbox.fatal.<unix_ms>.raw``, and the process then dies as
 it would have. :class:`FatalDump` installs that handler and keeps it told

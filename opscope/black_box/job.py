@@ -1,7 +1,7 @@
 """One rank's black box dump brings every rank's: through the job's c10d store.
 
 On a job of several ranks (``torch.distributed`` initialised), a dump on
-one rank is posted in the job's own store (:mod:`opscope.collect.job_store`:
+one rank is posted in the job's own store (:mod:`opscope.collect.job.store`:
 no port, no transport of opscope's own): the counter ``opscope/blackbox/dumps``
 is raised and ``opscope/blackbox/dump/<n>`` holds ``{"origin", "reason",
 "unix_ns"}``. Every rank's :class:`JobDumps` thread polls the counter every
@@ -27,8 +27,8 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from opscope.black_box.dump import REASONS
-from opscope.collect import job_store
-from opscope.collect.job_store import JobStore, key
+from opscope.collect.job import store as job_store
+from opscope.collect.job.store import JobStore, key
 
 POLL_S = 0.5
 BACKLOG = 16

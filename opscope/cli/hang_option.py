@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from opscope.collect.live_collectives import BUFFER_ENV, enable_flight_recorder
+from opscope.collect.job.live_collectives import BUFFER_ENV, enable_flight_recorder
 from opscope.on_demand.hang import DEFAULT_HANG_AFTER_S, HANG_FILE, HANG_KEY, HangWatch
 
 WRITE_WAIT_S = 30.0  # the most a write at a hang waits for the profiler's step to end

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Merge the traces; return 0."""
-    from opscope.analysis.rank_traces import RankTraceError, trace_paths
+    from opscope.load.ranks import RankTraceError, trace_paths
     from opscope.export.merged_trace import default_output, write_merged_trace
     from opscope.load import TraceLoadError
     from opscope.load.parallel import WorkerDied

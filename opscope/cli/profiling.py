@@ -75,7 +75,7 @@ def warm_up_collector() -> None:
     with progress("loading the native collector (compiled on first use)"):
         available = opscope.kineto_available()
     if not available and wanted == "native":
-        from opscope.collect.native_build import failure_reason
+        from opscope.collect.native.build import failure_reason
 
         raise UsageError(f"{COLLECTOR_ENV}=native but the native collector is unavailable "
                          f"({failure_reason()}); unset it to use the Python fallback")

@@ -8,7 +8,7 @@ tables with DuckDB (``opscope.store.ranks_sql``), no event is loaded, and the
 analysis is the one of the traces it was made from. The report has the
 per-rank times, the collectives matched across ranks (those with the longest
 wait first), the stragglers and the first desync; ``--json`` prints it as one
-JSON document (see ``opscope.analysis.ranks.RanksAnalysis.to_json``).
+JSON document (see ``opscope.analysis.ranks.analyse.RanksAnalysis.to_json``).
 
 Example::
 
@@ -45,7 +45,7 @@ DEFAULT_COLLECTIVE_LIMIT = 20
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``ranks`` verb."""
-    from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS
+    from opscope.analysis.ranks.analyse import DEFAULT_MIN_LATENESS_MS
 
     parser = subparsers.add_parser("ranks", help=SUMMARY, description=DESCRIPTION,
                                    allow_abbrev=False)
@@ -71,7 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def load_job(folder: str, max_bytes=None, jobs: Optional[int] = None):
     """``load_ranks(folder)`` in ``jobs`` processes (default: the cores); a missing folder
     or a bad trace is a one-line UsageError."""
-    from opscope.analysis.rank_traces import RankTraceError, load_ranks
+    from opscope.analysis.ranks.facts import load_ranks
+    from opscope.load.ranks import RankTraceError
     from opscope.load import TraceLoadError
     from opscope.load.parallel import default_jobs
 
@@ -105,7 +106,7 @@ def load_store_facts(store: str, memory_limit: Optional[int] = None,
 
 def main(args: argparse.Namespace) -> int:
     """Load the rank traces, analyse them, print text or JSON; return 0."""
-    from opscope.analysis.ranks import analyse_ranks
+    from opscope.analysis.ranks.analyse import analyse_ranks
     from opscope.export.ranks_text import format_ranks
 
     if not args.min_lateness_ms >= 0:
@@ -117,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
         facts = load_store_facts(args.folder, args.memory_limit, memory_budget(args))
     else:
         facts = load_job(args.folder, args.max_trace_size, args.jobs)
-    from opscope.analysis.rank_checks import RankTraceError
+    from opscope.load.ranks import RankTraceError
 
     try:
         with progress("analysing"):  # a store's ranks are checked here (traces': when read)

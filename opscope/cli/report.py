@@ -95,8 +95,7 @@ def output_path(output: str, trace_file: str) -> str:
 
 def job_traces(folder: str) -> list:
     """The traces of ``folder`` when they name two ranks or more (a job), else []."""
-    from opscope.analysis.rank_job import peek_rank
-    from opscope.analysis.rank_traces import RankTraceError, trace_paths
+    from opscope.load.ranks import RankTraceError, peek_rank, trace_paths
 
     if not os.path.isdir(folder):
         return []
@@ -110,7 +109,7 @@ def job_traces(folder: str) -> list:
 
 def write_job(args: argparse.Namespace, paths: list) -> int:
     """Write the job report of the rank traces ``paths`` in the folder ``args.trace``."""
-    from opscope.analysis.rank_traces import RankTraceError
+    from opscope.load.ranks import RankTraceError
     from opscope.load import TraceLoadError
     from opscope.report import write_job_report
 
@@ -150,7 +149,7 @@ def store_output(output: str, store: str) -> str:
 
 def write_store(args: argparse.Namespace) -> int:
     """Write a store's report: the job's (two ranks or more, no window chosen) or a window's."""
-    from opscope.analysis.rank_checks import RankTraceError
+    from opscope.load.ranks import RankTraceError
     from opscope.report import write_report, write_report_data
     from opscope.report.data import job_data
     from opscope.store.ranks_sql import load_store_job

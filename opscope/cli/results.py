@@ -22,7 +22,7 @@ from opscope.cli.progress import progress
 from opscope.cli.terminal import write_text
 
 if TYPE_CHECKING:
-    from opscope.session_profile import SessionProfile
+    from opscope.api.session_profile import SessionProfile
 
 
 class Output(NamedTuple):
@@ -112,7 +112,7 @@ class WindowWriter:
 
     def _keep(self, session: Any, step: int) -> None:
         """Keep the window just finished (a reference: a session is never edited)."""
-        from opscope.session_profile import SessionProfile
+        from opscope.api.session_profile import SessionProfile
 
         partial = self.by_step and self.stopping
         label = window_label(session, step, partial=partial)

@@ -41,7 +41,7 @@ from opscope.on_demand.job_request import set_job_folder
 from opscope.script import run_script, syntax_error
 
 if TYPE_CHECKING:
-    from opscope.session_profile import SessionProfile
+    from opscope.api.session_profile import SessionProfile
 
 STOOD_DOWN = ("the script starts its own opscope.profile: opscope run's profiler stops "
               "here and writes nothing more; the script's profiler records as written")

@@ -31,7 +31,7 @@ from typing import Any, Callable, List, Mapping, Optional
 
 from opscope.cli.errors import UsageError
 from opscope.cli.profiling import PROFILE_FLAGS
-from opscope.profiler_setup import torchrun_env_info
+from opscope.api.options import torchrun_env_info
 
 TORCHRUN_MODULE = "torch.distributed.run"
 LOOPBACK_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)),

@@ -35,24 +35,24 @@ def choose_collector() -> Collector:
     """The collector to use now, honouring ``$OPSCOPE_COLLECTOR``."""
     wanted = requested_collector()
     if wanted != "python":
-        from opscope.collect.native import NativeCollector
+        from opscope.collect.native.collector import NativeCollector
 
         native = NativeCollector.load()
         if native is not None:
             return native
         if wanted == "native":
-            from opscope.collect.native_build import failure_reason
+            from opscope.collect.native.build import failure_reason
 
             raise RuntimeError(f"{COLLECTOR_ENV}=native but the native collector is unavailable: "
                                f"{failure_reason()}")
-    from opscope.collect.python_collector import PythonCollector
+    from opscope.collect.python.collector import PythonCollector
 
     return PythonCollector()
 
 
 def native_available() -> bool:
     """True when the native observer is (or can be) built and loaded."""
-    from opscope.collect.native_build import load_native
+    from opscope.collect.native.build import load_native
 
     return load_native() is not None
 

@@ -1,12 +1,12 @@
 """What every collector offers: the ``Collector`` protocol.
 
-``opscope.collect.native.NativeCollector`` (the C++ observer) and
-``opscope.collect.python_collector.PythonCollector`` (the fallback) both
+``opscope.collect.native.collector.NativeCollector`` (the C++ observer) and
+``opscope.collect.python.collector.PythonCollector`` (the fallback) both
 follow it; the profiler and the recording only call what is listed here.
 
 Example::
 
-    >>> from opscope.collect.python_collector import PythonCollector
+    >>> from opscope.collect.python.collector import PythonCollector
     >>> isinstance(PythonCollector(), Collector)
     True
     >>> isinstance(object(), Collector)

@@ -18,7 +18,7 @@ model) is named ``<caller path>.<Class>``.
 Example::
 
     >>> import torch
-    >>> from opscope.collect.python_collector import PythonCollector
+    >>> from opscope.collect.python.collector import PythonCollector
     >>> collector = PythonCollector()
     >>> collector.start()
     >>> hooks = ModuleRanges(collector)

@@ -9,7 +9,7 @@ them, which ``window_probes`` builds from the options and ``activities``:
   memory categories (``collect.memory_hooks``);
 - ``ModuleProbe`` (``with_modules``): one range per ``nn.Module`` forward
   (``collect.module_hooks``);
-- ``collect.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side;
+- ``collect.native.cupti.CuptiProbe`` (``ProfilerActivity.CUDA``): the device side;
 - ``ProcessGroupCallsProbe`` (always): the
   process-group calls of the job's Python, their groups, numbers, sizes and call sites.
 
@@ -97,13 +97,14 @@ class ModuleProbe(_HooksProbe):
 
 
 class ProcessGroupCallsProbe(_HooksProbe):
-    """Always: the process-group calls of the job's Python (``collect.process_group_calls``)."""
+    """Always: the process-group calls of the job's Python
+    (``collect.job.process_group_calls``)."""
 
     name = "process group calls"
     required = False
 
     def _make(self) -> Any:
-        from opscope.collect.process_group_calls import ProcessGroupCalls
+        from opscope.collect.job.process_group_calls import ProcessGroupCalls
 
         return ProcessGroupCalls()
 
@@ -120,7 +121,7 @@ def window_probes(collector: Any, *, profile_memory: bool, with_modules: bool,
     if with_modules:
         probes.append(ModuleProbe(collector))
     if device:
-        from opscope.collect.cupti import CuptiProbe
+        from opscope.collect.native.cupti import CuptiProbe
 
         probes.append(CuptiProbe())
     probes.append(ProcessGroupCallsProbe())

@@ -28,7 +28,7 @@ put back. Nothing is installed when no opscope profiler runs: the cost then is z
 Example::
 
     >>> import torch.autograd.profiler as tap
-    >>> from opscope.collect.python_collector import PythonCollector
+    >>> from opscope.collect.python.collector import PythonCollector
     >>> hold = ProfilerFlag()
     >>> hold.raise_flag(PythonCollector()); tap._is_profiler_enabled
     True

@@ -11,7 +11,7 @@ probe's fields (``memory_sightings``, ``modules``, ``module_calls``,
 ``device``...) filled in, ready for ``build_session``. ``discard()`` undoes it without raising, whatever state it
 is in; ``forget_after_fork()`` drops it in a forked child. On a multi-rank
 job the window also estimates this rank's clock offset to rank 0
-(``collect/clock_sync.py``) from ``start()`` and, when there is one, writes it
+(``collect/job/clock_sync.py``) from ``start()`` and, when there is one, writes it
 as ``opscopeClockOffsetNs`` at ``stop()``.
 
 The API layer passes in what lives above ``collect/``: ``wire`` (points user
@@ -20,7 +20,7 @@ recorded into a collector between two times).
 
 Example::
 
-    >>> from opscope.collect.python_collector import PythonCollector
+    >>> from opscope.collect.python.collector import PythonCollector
     >>> rec = Recording(PythonCollector(), metadata={"run": '"a"'})
     >>> rec.start()
     >>> raw = rec.stop()
@@ -37,9 +37,9 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
-from opscope.collect.clock_sync import ClockSync
+from opscope.collect.job.clock_sync import ClockSync
 from opscope.collect.collector import Collector
-from opscope.collect.flight_recorder import FlightDrain, issued_collectives
+from opscope.collect.job.flight_recorder import FlightDrain, issued_collectives
 from opscope.collect.inductor_sites import (compiled_code_ran, compiled_frames_so_far,
                                             compiled_sites, graph_breaks_so_far)
 from opscope.collect.probes import window_probes

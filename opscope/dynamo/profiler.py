@@ -33,7 +33,7 @@ from opscope.dynamo.capture import (GRAPH_RANGE_NAME, CaptureMasks, UncapturedOp
 from opscope.dynamo.metrics import ProfileResult
 from opscope.dynamo.report import format_report, missing_lines, print_missing
 from opscope.model.session import ProfileSession
-from opscope.profiler import profile
+from opscope.api.profiler import profile
 from opscope.record_function import record_function, recording_collector
 
 PRINT_MISSING_ENV = ("OPSCOPE_PRINT_MISSING", "TORCHDYNAMO_PRINT_MISSING")
@@ -59,7 +59,7 @@ class Profiler:
 
     >>> p = Profiler(with_stack=False)
     >>> type(p.prof).__module__
-    'opscope.profiler'
+    'opscope.api.profiler'
     """
 
     unique_graphs: int = 0

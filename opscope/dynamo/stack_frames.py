@@ -35,7 +35,7 @@ _PROFILER_FILES = tuple(
     os.path.join(prefix, *parts)
     for prefixes, files in ((_TORCH_PREFIXES, (("autograd", "profiler.py"),
                                                ("profiler", "profiler.py"))),
-                            (_OPSCOPE_PREFIXES, (("profiler.py",), ("record_function.py",))))
+                            (_OPSCOPE_PREFIXES, (("api", "profiler.py"), ("record_function.py",))))
     for prefix in prefixes for parts in files)
 
 
@@ -59,7 +59,7 @@ def user_frames(stack: Optional[Sequence[str]]) -> List[str]:
 def issued_by_profiler(stack: Optional[Sequence[str]]) -> bool:
     """True when a profiler's own code is on ``stack`` (such ops are not graph breaks).
 
-    >>> issued_by_profiler([_OPSCOPE_DIR + "profiler.py(180): start", "x.py(3): <module>"])
+    >>> issued_by_profiler([_OPSCOPE_DIR + "api/profiler.py(180): start", "x.py(3): <module>"])
     True
     """
     return any(frame.startswith(_PROFILER_FILES) for frame in (stack or ()))

@@ -74,7 +74,7 @@ class ExecutionTraceObserver:
                                   "output_file_path")
         if self._registered:
             return self
-        from opscope.collect.execution_trace import NodeCollector
+        from opscope.collect.native.execution_trace import NodeCollector
         from opscope.execution_trace.writer import ExecutionTraceWriter
 
         collector = NodeCollector.load()

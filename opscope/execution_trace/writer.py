@@ -5,7 +5,7 @@ the timestamps: a header (``schema``, ``pid``, ``time``, ``start_ts``),
 ``nodes`` in the order they finished, the process root node last, then
 ``finish_ts``. What changed between torch versions is one ``EtFormat`` entry
 in ``FORMATS`` (the id numbering, which also changed, is chosen at build time
-in ``collect/et_observer.cpp``). The file is written atomically
+in ``collect/native/et_observer.cpp``). The file is written atomically
 (``opscope.files``): it appears whole when the writer finishes, never
 half-written.
 

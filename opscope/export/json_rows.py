@@ -35,7 +35,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from opscope.collect.native_build import NativeExtension
+from opscope.collect.native.build import NativeExtension
 
 # The same rows written in C (row_render.cpp), about ten times faster; built once on
 # first use like the observer, and used for layouts of at least NATIVE_MIN_ROWS rows,

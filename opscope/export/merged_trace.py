@@ -1,7 +1,7 @@
 """One Chrome trace of a whole job: every rank's trace as one process, on aligned clocks.
 
 ``write_merged_trace(paths, output)`` reads the per-rank traces (opscope's or
-torch.profiler's; the rank as ``opscope.analysis.rank_traces`` finds it) and
+torch.profiler's; the rank as ``opscope.analysis.ranks.facts`` finds it) and
 writes one trace where rank R is process R, named "rank R" and sorted by R.
 Each event keeps its thread and fields; its ``ts`` moves onto a common clock
 (the trace's ``baseTimeNanoseconds`` plus its ``opscopeClockOffsetNs``; the
@@ -37,8 +37,8 @@ import os
 from functools import partial
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from opscope.analysis.rank_checks import RunMark, check_one_run
-from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
+from opscope.analysis.ranks.checks import RunMark, check_one_run
+from opscope.load.ranks import RankTraceError, rank_from_name, trace_paths
 from opscope.files import output_file
 from opscope.load.lean_events import UNSET, encode_event, read_raw_args_trace
 from opscope.load.parallel import default_jobs, map_in_processes
@@ -155,7 +155,7 @@ def write_merged_trace(paths: Sequence[str], output: str, *,
     traces side by side; the output is the same for any number.
 
     Raises :class:`RankTraceError` when no trace names a rank or the traces mix runs
-    (``opscope.analysis.rank_checks.check_one_run``), and
+    (``opscope.analysis.ranks.checks.check_one_run``), and
     ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
     destination = output_file(output, "write_merged_trace", "output")

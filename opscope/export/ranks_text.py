@@ -2,7 +2,7 @@
 
 Example::
 
-    >>> from opscope.analysis.ranks import RanksAnalysis, RankSummary
+    >>> from opscope.analysis.ranks.analyse import RanksAnalysis, RankSummary
     >>> print(format_ranks(RanksAnalysis(1, [RankSummary(0, 2, 5.0, 8.0, 1.0, 0.5, 0.25, 4)],
     ...                                  [], [], [])))
     World size 1
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from opscope.analysis.ranks import MatchedCollective, RanksAnalysis
+from opscope.analysis.ranks.analyse import MatchedCollective, RanksAnalysis
 
 DEFAULT_COLLECTIVE_LIMIT = 20
 UNKNOWN_SIZE_NOTE = ("size ?: the traces hold no input shapes and no flight recorder sizes, "

@@ -1,6 +1,6 @@
 """A black box's crash dump (``*.blackbox.fatal.<unix_ms>.raw``) read as a RawSession.
 
-At a crash the native observer writes the ring raw (``collect/observer/fatal.h``,
+At a crash the native observer writes the ring raw (``collect/native/observer/fatal.h``,
 ``fatal_handler``): a header (``OPSBBRAW``, version 1, the signal, the
 Unix-minus-monotonic offset and the crash time), the name table, then
 each window (its start, stop, OS thread ids and 48-byte records), the live

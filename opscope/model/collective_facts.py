@@ -5,8 +5,8 @@ torch.profiler writes them as args of its ``record_param_comms`` events (from
 writes the same args, in the same spelling, on each collective's dispatcher op
 (``c10d::allreduce_``), from torch's flight recorder
 (``opscope.analysis.flight_recorder``), and from the process-group calls of
-the job's Python (``opscope.collect.process_group_calls``). ``"Collective Call Site"`` is opscope's
-own: the innermost frame of the user's code that issued it. A point-to-point
+the job's Python (``opscope.collect.job.process_group_calls``). ``"Collective Call
+Site"`` is opscope's own: the innermost frame of the user's code that issued it. A point-to-point
 op's peer is torch's ``"Src Rank"`` (a receive) or ``"Dst Rank"`` (a send).
 
 Example::

@@ -1,6 +1,6 @@
 """The device-event table: what a device collector (CUPTI) recorded, before analysis.
 
-``DEVICE_DTYPE`` mirrors ``DeviceRecord`` of ``collect/cupti_observer.cpp``
+``DEVICE_DTYPE`` mirrors ``DeviceRecord`` of ``collect/native/cupti_observer.cpp``
 byte for byte (104 bytes a record). Kernels, copies and memsets run on a
 device and stream; runtime and driver calls run on a host thread and carry
 the correlation id that ties them to the device work they launched. Times

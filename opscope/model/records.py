@@ -47,7 +47,7 @@ FLAG_CUDA_DRIVER = 32  # a CUDA driver API call
 FLAG_SOURCE_STACK = 64  # its stack is final: a compiled kernel's model source lines
 
 # One allocation (bytes > 0) or free (bytes < 0) reported by a torch allocator
-# (collect/observer/records.h: MemRecord). device_type is c10::DeviceType (0: CPU).
+# (collect/native/observer/records.h: MemRecord). device_type is c10::DeviceType (0: CPU).
 MEMORY_DTYPE = np.dtype(
     [
         ("time_ns", "<i8"),
@@ -68,7 +68,7 @@ SCOPE_FUNCTION = 0
 SCOPE_BACKWARD_FUNCTION = 1
 SCOPE_USER = 7
 
-# Input kinds in the int64 encoding (see collect/observer/inputs.h: encode_inputs)
+# Input kinds in the int64 encoding (see collect/native/observer/inputs.h: encode_inputs)
 INPUT_NONE, INPUT_TENSOR, INPUT_INT, INPUT_DOUBLE, INPUT_BOOL = 0, 1, 2, 3, 4
 INPUT_TENSOR_LIST, INPUT_INT_LIST, INPUT_STRING = 5, 6, 7
 

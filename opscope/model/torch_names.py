@@ -62,7 +62,7 @@ GRAPH_BREAKS_KEY = "opscopeGraphBreaks"
 # "file", "line", "guards", "recompile_reason", "break_reasons"}} (analysis.compiled_frames)
 COMPILED_FRAMES_KEY = "opscopeCompiledFrames"
 FLIGHT_RECORDER_KEY = "opscopeFlightRecorder"
-# a live recording's: the process-group calls its Python made (collect.process_group_calls)
+# a live recording's: the process-group calls its Python made (collect.job.process_group_calls)
 PROCESS_GROUP_CALLS_KEY = "opscopeProcessGroupCalls"
 # Collectives as each layer names them. The calling thread's dispatcher op
 # ("c10d::allreduce_", timing only the enqueue of an async op), the backend's

@@ -226,7 +226,7 @@ class OnDemandAgent:
 
     # -- a window -------------------------------------------------------------------------
     def _begin(self, request: Dict[str, Any], step: int) -> None:
-        from opscope.profiler import profile
+        from opscope.api.profiler import profile
 
         try:
             options = {k: bool(v) for k, v in request.get("options", {}).items()}
@@ -301,7 +301,7 @@ def _load_collector() -> None:
         from opscope.collect import requested_collector
 
         if requested_collector() != "python":
-            from opscope.collect.native_build import load_native
+            from opscope.collect.native.build import load_native
 
             load_native()
     except Exception:  # noqa: BLE001  (the window's profiler reports collector problems)

@@ -16,7 +16,7 @@ with the program) polls every :data:`POLL_S`:
    ``opscope/hang/state/<ask>/<rank>``.
 3. Rank 0 gathers the states of an ask (at most :data:`GATHER_S`: a dead rank
    never answers and is named as not answering) and runs
-   ``analysis.hangs.find_hang``. A hang is written to ``DIR/hang.json``
+   ``analysis.ranks.hangs.find_hang``. A hang is written to ``DIR/hang.json``
    (atomically), named in one stderr line, and posted as ``opscope/hang/found``.
 4. Every rank that sees ``found`` (read each poll after an ask) calls ``on_hang``
    once: ``opscope run`` writes what it recorded so far, marked partial.
@@ -47,9 +47,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-from opscope.analysis.hangs import HANG_FILE, find_hang, hang_line, parse_state
-from opscope.collect import job_store, live_collectives
-from opscope.collect.job_store import JobStore, key
+from opscope.analysis.ranks.hangs import find_hang, hang_line, parse_state
+from opscope.load.ranks import HANG_FILE
+from opscope.collect.job import store as job_store, live_collectives
+from opscope.collect.job.store import JobStore, key
 
 POLL_S = 0.5
 GATHER_S = 5.0  # rank 0 waits this long for every rank's state after an ask

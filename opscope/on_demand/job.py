@@ -2,7 +2,7 @@
 
 On a multi-rank job a trigger request does not stay with the rank that got
 it. That rank posts it in the job's own c10d store
-(:mod:`opscope.collect.job_store`) with a first step far enough ahead for
+(:mod:`opscope.collect.job.store`) with a first step far enough ahead for
 every rank to see it: its current optimizer step plus :data:`MIN_MARGIN_STEPS`
 plus the steps it runs in :data:`MARGIN_S`. Every rank's :class:`JobRequests`
 thread (``job_store.start_thread``; it waits for the process group, then polls
@@ -38,8 +38,8 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from opscope.collect import job_store
-from opscope.collect.job_store import JobStore, key
+from opscope.collect.job import store as job_store
+from opscope.collect.job.store import JobStore, key
 from opscope.on_demand import control
 from opscope.on_demand.job_request import (MAX_AHEAD_STEPS, MAX_STEPS, job_folder, job_post,
                                            parse_answer, parse_job_request)

@@ -57,7 +57,7 @@ def write_job_report(paths: Sequence[str], path: PathLike, *, title: Optional[st
     """Write the HTML report of the job whose per-rank traces are ``paths`` (atomically).
 
     The traces are read one at a time (see ``opscope.report.ranks``). Raises
-    ``opscope.analysis.rank_checks.RankTraceError`` when no trace names a rank
+    ``opscope.load.ranks.RankTraceError`` when no trace names a rank
     and ``opscope.load.TraceLoadError`` naming a trace that cannot be read.
     """
     destination = output_file(path, "write_job_report")

@@ -25,8 +25,8 @@ import datetime
 import os
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from opscope.analysis.rank_job import RankJob, load_job
-from opscope.analysis.ranks import DEFAULT_MIN_LATENESS_MS, analyse_ranks
+from opscope.analysis.ranks.job import RankJob, load_job
+from opscope.analysis.ranks.analyse import DEFAULT_MIN_LATENESS_MS, analyse_ranks
 from opscope.model.arrays import distinct
 from opscope.model.session import ProfileSession
 from opscope.report.ranks import JobReading, _LaneCollector

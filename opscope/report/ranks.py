@@ -1,8 +1,8 @@
 """The Ranks view's data: a torch.distributed job's per-rank traces as one page.
 
 ``opscope.report.data.job_report_data(paths)`` reads the rank traces once each
-(``opscope.analysis.rank_job.load_job``), analyses them as ``opscope ranks``
-does (``opscope.analysis.ranks.analyse_ranks``) and returns the report's data:
+(``opscope.analysis.ranks.job.load_job``), analyses them as ``opscope ranks``
+does (``opscope.analysis.ranks.analyse.analyse_ranks``) and returns the report's data:
 the other views show the lowest rank's session (``meta.shown_rank``), and
 ``ranks`` holds
 
@@ -34,9 +34,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from opscope.analysis.rank_job import RankJob, StepTimes
-from opscope.analysis.rank_traces import clock_offset_ns
-from opscope.analysis.ranks import RanksAnalysis
+from opscope.analysis.ranks.job import RankJob, StepTimes
+from opscope.analysis.ranks.facts import clock_offset_ns
+from opscope.analysis.ranks.analyse import RanksAnalysis
 from opscope.model.session import ProfileSession
 from opscope.report.timeline import timeline_lanes
 

@@ -2,7 +2,7 @@
 
 ``convert(paths, store)`` reads each trace with the streaming reader
 (``opscope.load.trace_stream``), builds its session, reduces it to its
-``RankFacts`` (``analysis.rank_traces.rank_facts``: the session is read once),
+``RankFacts`` (``analysis.ranks.facts.rank_facts``: the session is read once),
 writes it as one window with ``StoreWriter`` and drops it before the next;
 a rank's collectives are written after its last window. So memory holds one
 trace's session (plus the small facts of the rank being converted), whatever
@@ -40,7 +40,7 @@ import stat
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from opscope.analysis.rank_traces import RankTraceError, rank_from_name, trace_paths
+from opscope.load.ranks import RankTraceError, rank_from_name, trace_paths
 from opscope.load.trace_events import MAX_EPOCH_NS
 from opscope.model.torch_names import CLOCK_OFFSET_KEY, DISTRIBUTED_INFO_KEY
 from opscope.store.convert_traces import (ConvertResult, PlannedTrace, convert_files,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Callable, Dict, List, Optional, Tuple
 
-from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
+from opscope.analysis.ranks.facts import RankFacts, rank_facts, session_rank
 from opscope.store.schema import StoreError
 
 @dataclass

@@ -7,7 +7,7 @@ calls from the ``collectives`` view, in the order they were written (arrival ord
 Both tables are small (one row per window, one per collective), so no event is read:
 ``analyse_ranks`` of the result is the folder's analysis.
 
-``load_store_job(store, con, visit)`` is ``rank_job.load_job`` for a store (the job
+``load_store_job(store, con, visit)`` is ``analysis.ranks.job.load_job`` for a store (the job
 report): the same facts, plus each window's session loaded one at a time
 (``load_store_session``) for the step times, the timeline and the shown rank.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional
 
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.rank_traces import DEFAULT_GROUP, RankFacts
+from opscope.analysis.ranks.facts import DEFAULT_GROUP, RankFacts
 from opscope.store.schema import StoreError, load_json
 
 _INT_FACTS = ("steps", "step_ns", "compute_ns", "comm_ns", "overlap_ns")
@@ -98,12 +98,12 @@ def store_rank_facts(con, store: str = "store") -> List[RankFacts]:
 
 def load_store_job(store: str, con, visit: Optional[Callable] = None,
                    memory_limit: Optional[int] = None):
-    """``rank_job.load_job`` for a store: facts from SQL, each window's session in turn.
+    """``analysis.ranks.job.load_job`` for a store: facts from SQL, each window's session in turn.
 
     ``visit(rank, path, session)`` sees every window's session while it is loaded; a
     window that would need more than ``memory_limit`` bytes is refused (StoreError).
     """
-    from opscope.analysis.rank_job import JobSteps
+    from opscope.analysis.ranks.job import JobSteps
     from opscope.store.read import load_store_session
     from opscope.store.session_sql import store_windows
 

@@ -4,7 +4,7 @@
 symlink, a file, or a non-empty folder that is not a store is refused with a
 :class:`StoreError` naming it). ``write_window(session, ...)`` writes the five
 per-window tables of one session; ``write_collectives(rank, facts)`` the
-rank's collectives, keyed as ``opscope.analysis.collective_keys`` keys them;
+rank's collectives, keyed as ``opscope.analysis.ranks.collective_keys`` keys them;
 ``close()`` writes the collectives still pending and then the marker file,
 last. A writer that streams a big window writes each table itself, batch by
 batch, with ``part_writer(table, rank, window)``. Every Parquet file is written under a temp name in its own folder and
@@ -36,10 +36,10 @@ import tempfile
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from opscope.analysis.collective_keys import collective_sequences
+from opscope.analysis.ranks.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.rank_traces import RankFacts, rank_facts, session_rank
-from opscope.analysis.rank_traces import clock_offset_ns as session_clock_offset
+from opscope.analysis.ranks.facts import RankFacts, rank_facts, session_rank
+from opscope.analysis.ranks.facts import clock_offset_ns as session_clock_offset
 from opscope.analysis.facts import step_ranges
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import PROFILER_STEP_PREFIX
@@ -185,7 +185,7 @@ class StoreWriter:
         ``window`` to the next free one; ``window_name`` to the source file's
         name, else ``window<W>``; ``clock_offset_ns`` to the session's
         ``opscopeClockOffsetNs``; ``facts`` (this window's RankFacts) to the
-        ones ``rank_traces.rank_facts`` computes.
+        ones ``ranks.facts.rank_facts`` computes.
         """
         if rank is None:
             rank = session_rank(session, "")

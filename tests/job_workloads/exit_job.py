@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 
 def main():
-    from opscope.collect import job_store
+    from opscope.collect.job import store as job_store
 
     outdir = sys.argv[1]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))

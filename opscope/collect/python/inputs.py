@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from opscope.collect.input_encoding import encode_inputs, scalar_type_index
-from opscope.collect.python_rows import ThreadBuffer
+from opscope.collect.python.input_encoding import encode_inputs, scalar_type_index
+from opscope.collect.python.rows import ThreadBuffer
 from opscope.model.records import NO_INPUTS
 
 # c10::Layout and c10::MemoryFormat values, as torch.profiler's inputs show them

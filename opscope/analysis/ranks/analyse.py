@@ -2,7 +2,7 @@
 
 ``analyse_ranks(load_ranks(folder))`` reads the per-rank traces of a
 torch.distributed job (opscope's or torch.profiler's, see
-``opscope.analysis.rank_traces``) and returns a :class:`RanksAnalysis`.
+``opscope.analysis.ranks.facts``) and returns a :class:`RanksAnalysis`.
 
 - **Matching.** Collectives of one process group are issued in the same order
   on every rank, so (group, sequence number) is their key. Both come with each
@@ -22,7 +22,7 @@ torch.distributed job (opscope's or torch.profiler's, see
   duration is waiting for the others. A rank's wait is wall time: collectives
   in flight at once (DDP's bucket all-reduces) wait together, so their waits
   are counted once, and a rank never waits longer than it ran.
-- **Stragglers** (``opscope.analysis.stragglers``): ranks late at the
+- **Stragglers** (``opscope.analysis.ranks.stragglers``): ranks late at the
   collectives by well beyond the job's own noise, again and again; the
   floor is ``min_lateness_ms`` and 5% of the median step time (of ranks with
   more than one step). Listed by total lateness, the latest first.
@@ -54,14 +54,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.analysis.collective_keys import collective_sequences
+from opscope.analysis.ranks.collective_keys import collective_sequences
 from opscope.analysis.collectives import CollectiveCall
 from opscope.analysis.intervals import total, union
-from opscope.analysis.rank_checks import check_ranks
-from opscope.analysis.rank_traces import RankFacts, RankTraceError, load_ranks
-from opscope.analysis.stragglers import Straggler, find_stragglers
-
-__all__ = ["RankFacts", "RankTraceError", "load_ranks", "analyse_ranks", "RanksAnalysis"]
+from opscope.analysis.ranks.checks import check_ranks
+from opscope.analysis.ranks.facts import RankFacts
+from opscope.analysis.ranks.stragglers import Straggler, find_stragglers
 
 DEFAULT_MIN_LATENESS_MS = 1.0
 STEP_FRACTION = 0.05  # lateness below this part of a step is noise
@@ -219,7 +217,7 @@ def analyse_ranks(facts: Sequence[RankFacts], *,
     ``facts`` is what :func:`load_ranks` returns (one entry per rank).
     Times in the result are ms; arrivals count from the job's first event.
 
-    Ranks and times out of bounds (``opscope.analysis.rank_checks``) raise
+    Ranks and times out of bounds (``opscope.analysis.ranks.checks``) raise
     RankTraceError: nothing is sized by a rank number.
 
     >>> analyse_ranks([RankFacts(0, world_size=2)]).missing_ranks

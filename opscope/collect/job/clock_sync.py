@@ -43,8 +43,8 @@ import threading
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from opscope.collect import job_store
-from opscope.collect.job_store import JobStore, key
+from opscope.collect.job import store as job_store
+from opscope.collect.job.store import JobStore, key
 
 CLOCK_SYNC_ENV = "OPSCOPE_CLOCK_SYNC"
 SAMPLES = 8

@@ -1,6 +1,6 @@
 """The Python collector's dispatch mode: it times every aten op a recorded thread runs.
 
-``OpMode`` hands each op to its recording (``python_recording.Recording``): the
+``OpMode`` hands each op to its recording (``recording.Recording``): the
 name id, the encoded inputs, the stack, and one row in the thread's buffer.
 Once the recording stops, the mode is inert and takes itself off the thread's
 mode stack after the current op.
@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
-from opscope.collect.python_rows import monotonic_ns
+from opscope.collect.python.rows import monotonic_ns
 from opscope.model.records import NO_INPUTS, SCOPE_FUNCTION
 
 SKIP = -1  # name id of ops we never record (record_function's own profiler:: ops)
@@ -31,10 +31,10 @@ class OpMode(TorchDispatchMode):
     """Times each aten op handed to it; inert once its recording has stopped."""
 
     # Else a higher-order op (torch.cond, flex_attention...) raises under the mode;
-    # torch < 2.9 ignores the flag, and collect.python_hops registers a rule instead.
+    # torch < 2.9 ignores the flag, and collect.python.hops registers a rule instead.
     supports_higher_order_operators = True
 
-    def __init__(self, recording):  # a python_recording.Recording
+    def __init__(self, recording):  # a recording.Recording
         super().__init__()
         self._rec = recording
 

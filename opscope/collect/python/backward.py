@@ -7,7 +7,7 @@ recorded as ``autograd::engine::evaluate_function: <Node>`` around ``<Node>``
 when the call returns.
 
 The mixin expects the recording to provide ``active``, ``intern(name)``,
-``buffer()``, ``join_thread()`` and ``_local`` (see python_recording.py).
+``buffer()``, ``join_thread()`` and ``_local`` (see recording.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from opscope.model.torch_names import EVALUATE_FUNCTION_PREFIX
-from opscope.collect.python_rows import close_row, monotonic_ns, open_row
+from opscope.collect.python.rows import close_row, monotonic_ns, open_row
 from opscope.model.records import SCOPE_BACKWARD_FUNCTION, SCOPE_FUNCTION
 
 EVALUATE_PREFIX = EVALUATE_FUNCTION_PREFIX

@@ -20,7 +20,7 @@ makes any needed build fail, for tests.
 
 Example::
 
-    >>> from opscope.collect.native_build import load_native
+    >>> from opscope.collect.native.build import load_native
     >>> ext = load_native()          # None when the build failed
     >>> ext is None or ext.RECORD_SIZE == 48
     True
@@ -45,9 +45,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from opscope.collect import build_cache
-from opscope.collect.build_cache import BuildLock, StaleBuild
-from opscope.collect.build_worker import FLAGS
+from opscope.collect.native import build_cache
+from opscope.collect.native.build_cache import BuildLock, StaleBuild
+from opscope.collect.native.build_worker import FLAGS
 
 SOURCE = Path(__file__).with_name("observer.cpp")
 HEADERS = SOURCE.with_name("observer")  # observer.cpp's headers, one per job

@@ -1,8 +1,8 @@
 """The state of one Python-collector recording, and the patches that feed it.
 
 A ``Recording`` holds what one ``start``..``stop`` gathers: interned names and
-stacks, one row buffer per thread (``python_rows``), the open ranges. It installs
-the hooks that fill them (the dispatch mode of ``python_mode``, the wrapped
+stacks, one row buffer per thread (``rows``), the open ranges. It installs
+the hooks that fill them (the dispatch mode of ``mode``, the wrapped
 ``record_function`` and backward calls, the new-thread hook) and undoes each.
 
 >>> rec = Recording(record_shapes=False)
@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack, _push_mode
 
-from opscope.collect.python_backward import BackwardHooks
-from opscope.collect.python_dynamo import DynamoCodesMet
-from opscope.collect.python_inputs import encode_call
-from opscope.collect.python_mode import SKIP, OpMode, is_dispatch_wrapper, remove_mode
-from opscope.collect.python_rows import ThreadBuffer, close_row, monotonic_ns, open_row
+from opscope.collect.python.backward import BackwardHooks
+from opscope.collect.python.dynamo import DynamoCodesMet
+from opscope.collect.python.inputs import encode_call
+from opscope.collect.python.mode import SKIP, OpMode, is_dispatch_wrapper, remove_mode
+from opscope.collect.python.rows import ThreadBuffer, close_row, monotonic_ns, open_row
 from opscope.collect.stack_frames import FrameFormatter
 from opscope.model.records import SCOPE_USER
 
@@ -153,7 +153,7 @@ class Recording(BackwardHooks):
 
     # -- inputs -----------------------------------------------------------
     def encode(self, buf: ThreadBuffer, func, args, kwargs) -> int:
-        """Encode the call's inputs into ``buf`` (see ``python_inputs.encode_call``)."""
+        """Encode the call's inputs into ``buf`` (see ``inputs.encode_call``)."""
         return encode_call(self.arg_specs, buf, func, args, kwargs)
 
     # -- ranges -----------------------------------------------------------

@@ -1,6 +1,6 @@
 """The process-group calls the job's Python makes while a window records.
 
-torch's flight recorder (``collect/flight_recorder.py``) numbers every
+torch's flight recorder (``collect/job/flight_recorder.py``) numbers every
 collective, but on gloo it keeps no point-to-point op, and the Python stacks
 it holds cost seconds to read (its symbolizer imports ``torch._inductor``).
 So, while a window records, opscope wraps the methods of torch's

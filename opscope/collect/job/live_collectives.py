@@ -41,7 +41,7 @@ import time
 import traceback
 from typing import Any, Dict, List, MutableMapping, Optional, Tuple
 
-from opscope.collect.flight_recorder import BUFFER_ENV, c10d_bindings
+from opscope.collect.job.flight_recorder import BUFFER_ENV, c10d_bindings
 
 DEFAULT_BUFFER = "2000"  # entries: torch's own default where it turns the recorder on
 MAX_STACK_FRAMES = 40  # the innermost frames of the main thread kept in a state

@@ -1,7 +1,9 @@
 """Per-rank traces of a torch.distributed job, each reduced to the facts ``analyse_ranks`` needs.
 
 ``load_ranks(folder_or_paths)`` reads every ``.json``/``.json.gz`` trace of a
-folder (or the paths given), opscope's or torch.profiler's. A trace's rank is
+folder (or the paths given), opscope's or torch.profiler's: ``opscope.load.ranks``
+finds the files, ``opscope.analysis.build.load_session`` reads each (through
+``opscope.load``), and this module reduces the sessions. A trace's rank is
 ``distributedInfo.rank`` in its metadata, else the ``rank<R>`` in its file name
 (``train.rank3.pt.trace.json``); a trace with neither is not a rank's and is
 skipped. A rank with several traces (one per schedule window or step) is all
@@ -12,21 +14,21 @@ same steps with a schedule).
 Each trace is loaded, reduced to a :class:`RankFacts` and dropped before the
 next one is read, so memory holds one trace at a time. Traces of two runs, a
 rank past its world size and times that overflow are refused
-(``opscope.analysis.rank_checks``). Times are aligned Unix
+(``opscope.analysis.ranks.checks``). Times are aligned Unix
 ns: the session's time plus the trace's ``opscopeClockOffsetNs`` (0 when
 absent: ranks on one host share a clock).
 
 Example::
 
-    >>> rank_from_name("out/train.rank12.step3.pt.trace.json"), rank_from_name("t.json")
-    (12, None)
+    >>> facts = RankFacts(2, ["train.rank2.json"], world_size=4)
+    >>> facts.group, facts.steps  # the default process group, no steps yet
+    ('0', 0)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -35,21 +37,18 @@ import numpy as np
 
 from opscope.model.arrays import distinct
 from opscope.analysis.collectives import CollectiveCall, collective_calls, collective_kind
-from opscope.analysis.rank_checks import (RankTraceError, RunMark, check_one_run,
-                                          check_rank_number, check_times)
+from opscope.analysis.ranks.checks import (RunMark, check_one_run, check_rank_number,
+                                           check_times)
 from opscope.analysis.flight_recorder import group_ranks
-from opscope.analysis.hangs import HANG_FILE
 from opscope.analysis.intervals import difference, intersection, total, union
-from opscope.load.merged import merged_problem, merged_ranks
+from opscope.load.ranks import RankTraceError, rank_from_name, trace_paths
 from opscope.model.records import FLAG_PYTHON_FUNCTION, SCOPE_USER
 from opscope.model.session import ProfileSession
 from opscope.model.torch_names import (C10D_PREFIX, CLOCK_OFFSET_KEY, COLLECTIVE_RANGE_PREFIXES,
                                        DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
                                        PROFILER_STEP_PREFIX)
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 DEFAULT_GROUP = "0"  # torch's name of the default process group
-_RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[_-]?(\d+)(?=[._-]|$)")
 
 
 @dataclass
@@ -89,49 +88,6 @@ class RankFacts:
         self.start_ns = min(starts) if starts else None
         self.end_ns = max(ends) if ends else None
         self.calls = sorted(self.calls + other.calls, key=lambda c: c.arrival_ns)
-
-
-def rank_from_name(path: str) -> Optional[int]:
-    """The R of a ``rank<R>`` in the file name, or None."""
-    match = _RANK_IN_NAME.search(os.path.basename(path))
-    return int(match.group(1)) if match else None
-
-
-def trace_paths(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]]) -> List[str]:
-    """The trace files of a folder (sorted), or the paths given; raises RankTraceError.
-
-    A folder's merged job traces (``opscope merge``) are left out.
-
-    >>> trace_paths("/no/such/folder")
-    Traceback (most recent call last):
-    ...
-    opscope.analysis.rank_checks.RankTraceError: '/no/such/folder': no such file or folder
-    """
-    if isinstance(folder_or_paths, (str, os.PathLike)):
-        folder = os.fspath(folder_or_paths)
-        if os.path.isfile(folder):
-            return [_not_merged(folder)]
-        if not os.path.isdir(folder):
-            raise RankTraceError(f"{folder!r}: no such file or folder")
-        paths = sorted(os.path.join(folder, name) for name in os.listdir(folder)
-                       if name.endswith(TRACE_SUFFIXES) and not name.startswith(".")
-                       and name != HANG_FILE)  # opscope run's hang report is no trace
-        if not paths:
-            raise RankTraceError(f"folder {folder!r} has no .json or .json.gz traces")
-        kept = [p for p in paths if merged_ranks(p) is None]  # every verb skips merged ones
-        if not kept:
-            raise RankTraceError(f"folder {folder!r} holds only merged traces (opscope "
-                                 f"merge), which are for trace viewers; give rank traces")
-        return kept
-    return [_not_merged(os.fspath(p)) for p in folder_or_paths]
-
-
-def _not_merged(path: str) -> str:
-    """``path``, unless it is a merged job trace: that is refused, naming it."""
-    ranks = merged_ranks(path)
-    if ranks is not None:
-        raise RankTraceError(f"trace {path!r}: {merged_problem(ranks)}")
-    return path
 
 
 def _json_meta(session: ProfileSession, key: str):
@@ -290,7 +246,7 @@ def load_ranks(folder_or_paths: Union[str, "os.PathLike[str]", Sequence[str]], *
     >>> load_ranks([])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: no rank traces given
+    opscope.load.ranks.RankTraceError: no rank traces given
     """
     from opscope.load.parallel import map_in_processes
 

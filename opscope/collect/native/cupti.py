@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.collect.native_build import BuildFailed, NativeExtension
+from opscope.collect.native.build import BuildFailed, NativeExtension
 from opscope.model.device import DEVICE_DTYPE
 
 SOURCE = Path(__file__).with_name("cupti_observer.cpp")

@@ -28,9 +28,9 @@ How it records:
   it pops it right after its next op (through a one-shot profile hook).
   A range still open at stop ends at stop, with ``FLAG_UNFINISHED`` set, as the
   native collector does. Codes dynamo met while recording get its default
-  strategy back, since torch 2.13 would never compile them (``collect.python_dynamo``).
+  strategy back, since torch 2.13 would never compile them (``collect.python.dynamo``).
 - **Higher-order ops** (``torch.cond``) reach the mode as one op; on torch 2.4 to
-  2.8, which do not route them to a mode, ``collect.python_hops`` registers a rule.
+  2.8, which do not route them to a mode, ``collect.python.hops`` registers a rule.
 
 What it misses compared with torch.profiler:
 
@@ -60,10 +60,10 @@ imports ``torch._dynamo``, which torch's dispatch-mode wrapper needs; later
 starts skip it. Each recorded op pays for a Python call, which the native
 collector does not.
 
-The parts: ``python_mode`` (the dispatch mode), ``python_recording`` (one
-recording's state and the patches that feed it), ``python_inputs`` (argument
-encoding), ``python_rows`` (per-thread buffers), ``python_backward``,
-``python_dynamo`` and ``python_hops``.
+The parts: ``mode`` (the dispatch mode), ``recording`` (one
+recording's state and the patches that feed it), ``inputs`` (argument
+encoding), ``rows`` (per-thread buffers), ``backward``,
+``dynamo`` and ``hops``.
 
 Example::
 
@@ -87,11 +87,11 @@ from typing import List, Optional
 import numpy as np
 
 from opscope.arguments import check_name
-from opscope.collect.python_hops import route_higher_order_ops
-from opscope.collect.python_inputs import int64_blob
-from opscope.collect.python_mode import OpMode as _OpMode
-from opscope.collect.python_recording import Recording
-from opscope.collect.python_rows import close_row, monotonic_ns
+from opscope.collect.python.hops import route_higher_order_ops
+from opscope.collect.python.inputs import int64_blob
+from opscope.collect.python.mode import OpMode as _OpMode
+from opscope.collect.python.recording import Recording
+from opscope.collect.python.rows import close_row, monotonic_ns
 from opscope.collect.thread_names import ThreadNames
 from opscope.model.records import FLAG_UNFINISHED, NO_STACK, RawSession, records_from_rows
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from opscope.arguments import check_name
-from opscope.collect.native_build import load_native
+from opscope.collect.native.build import load_native
 from opscope.collect.stack_frames import stack_table
 from opscope.collect.thread_names import ThreadNames
 from opscope.model.records import MEMORY_DTYPE, NO_STACK, RECORD_DTYPE, RawSession

@@ -1,6 +1,6 @@
 """Line the ranks' collectives up by (process group, sequence number).
 
-Two rules (``opscope.analysis.ranks`` explains why):
+Two rules (``opscope.analysis.ranks.analyse`` explains why):
 
 - with the flight recorder's keys on every collective
   (``opscope.analysis.flight_recorder``): each collective sits at its own
@@ -13,7 +13,7 @@ Either way the result is, per group, its sequence numbers and per rank the
 collective it issued at each (None: none).
 
 >>> from opscope.analysis.collectives import CollectiveCall as C
->>> from opscope.analysis.rank_traces import RankFacts
+>>> from opscope.analysis.ranks.facts import RankFacts
 >>> a = RankFacts(0, calls=[C("allreduce", 8, 0, 1, 1, pg="0", seq=7),
 ...                         C("allreduce", 8, 2, 3, 1, pg="1", seq=1)])
 >>> b = RankFacts(1, calls=[C("allreduce", 8, 0, 1, 1, pg="0", seq=7)])
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from opscope.analysis.collectives import CollectiveCall
-from opscope.analysis.rank_traces import RankFacts
+from opscope.analysis.ranks.facts import RankFacts
 from opscope.model.torch_names import POINT_TO_POINT_KINDS
 
 # group -> (its sequence numbers, rank -> its collective at each one, None where none)

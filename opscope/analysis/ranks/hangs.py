@@ -1,6 +1,6 @@
 """A hang named from the ranks' live states: the collective some ranks entered and others not.
 
-Each rank's state (``opscope.collect.live_collectives.rank_state``, read
+Each rank's state (``opscope.collect.job.live_collectives.rank_state``, read
 through the job's c10d store by ``opscope.on_demand.hang``) says, per process
 group, the last collective number it entered, the collectives it is inside
 (entered, not retired: group, number, op, Unix ns entered) and its main
@@ -36,7 +36,6 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-HANG_FILE = "hang.json"  # opscope run's report of a hang, beside the traces: not a trace
 MAX_STATE_BYTES = 256 * 1024
 MAX_GROUPS = 4096
 MAX_ACTIVE = 64

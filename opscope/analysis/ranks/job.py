@@ -1,7 +1,7 @@
 """A job's rank traces read once for the report: the facts, each rank's steps, one session kept.
 
 ``load_job(paths, visit=...)`` reads each rank trace once, as
-``opscope.analysis.rank_traces.load_ranks`` does (same ranks, same facts, one
+``opscope.analysis.ranks.facts.load_ranks`` does (same ranks, same facts, one
 trace in memory at a time), and also keeps what the report's Ranks view needs
 beyond ``analyse_ranks``: each step's aligned start and duration per rank
 (:func:`step_times`, the heat map's cells), and the session of the lowest
@@ -9,8 +9,8 @@ rank's first trace (the report's other views show it). ``visit(rank, path,
 session)`` sees every rank session before it is dropped (the report takes its
 timeline lanes there).
 
-:func:`peek_rank` reads only the head of a trace file, so ``opscope report
-DIR`` can tell a job's folder from one process's folder without loading it.
+(``opscope.load.ranks.peek_rank`` reads only the head of a trace file, so ``opscope
+report DIR`` can tell a job's folder from one process's folder without loading it.)
 
 Example::
 
@@ -34,14 +34,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from opscope.analysis.rank_traces import (RankFacts, RankTraceError, clock_offset_ns,
-                                          load_ranks, rank_from_name)
+from opscope.analysis.ranks.facts import RankFacts, clock_offset_ns, load_ranks
+from opscope.load.ranks import RankTraceError
 from opscope.model.session import ProfileSession
-from opscope.model.torch_names import (DISTRIBUTED_INFO_KEY, OPTIMIZER_STEP_PREFIX,
-                                       PROFILER_STEP_PREFIX)
+from opscope.model.torch_names import OPTIMIZER_STEP_PREFIX, PROFILER_STEP_PREFIX
 
-PEEK_BYTES = 1 << 16
-_PEEKED_RANK = re.compile(r'"' + DISTRIBUTED_INFO_KEY + r'"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _STEP_NUMBER = re.compile(r"#(\d+)$")
 
 
@@ -74,7 +71,7 @@ class RankJob:
 def step_times(session: ProfileSession, shift_ns: int = 0) -> StepTimes:
     """The steps of ``session``: ProfilerStep ranges, else optimizer steps, else the window.
 
-    The same steps ``rank_traces`` counts. An optimizer step runs from the
+    The same steps ``facts`` counts. An optimizer step runs from the
     previous one's end (the first event, for the first); steps without a
     ``#N`` are numbered by their order. ``shift_ns`` moves starts onto the
     job's clock.
@@ -99,36 +96,6 @@ def step_times(session: ProfileSession, shift_ns: int = 0) -> StepTimes:
         return StepTimes(numbers, (starts + shift_ns).tolist(), (ends - starts).tolist())
     start = int(table.start_ns.min())
     return StepTimes([0], [start + shift_ns], [int(table.end_ns.max()) - start])
-
-
-def peek_rank(path: str) -> Optional[int]:
-    """The rank a trace names, from its file name or the head of the file; None if neither.
-
-    Reads at most ``PEEK_BYTES`` (inflated), through ``opscope.load``'s checks
-    (a FIFO or a device is not opened for reading), never the whole trace: a trace
-    whose ``distributedInfo`` sits later is only found by loading it.
-
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
-    >>> _ = open(path, "w").write('{"distributedInfo": {"backend": "gloo", "rank": 3}}')
-    >>> peek_rank(path), peek_rank("/no/such/w.rank2.json"), peek_rank("/no/such.json")
-    (3, 2, None)
-    """
-    from opscope.load import TraceLoadError
-    from opscope.load.trace_file import iter_trace_chunks
-
-    rank = rank_from_name(path)
-    if rank is not None:
-        return rank
-    chunks = iter_trace_chunks(path, chunk_bytes=PEEK_BYTES)  # load's checks: no FIFO, no bomb
-    try:
-        head = next(chunks, b"").decode("utf-8", "replace")
-    except TraceLoadError:
-        return None  # the loader names the problem when the trace is read
-    finally:
-        chunks.close()
-    match = _PEEKED_RANK.search(head)
-    return int(match.group(1)) if match else None
 
 
 class JobSteps:
@@ -172,7 +139,7 @@ def load_job(paths: Sequence[str], *, max_bytes: Optional[int] = None,
     >>> load_job([])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: no rank traces given
+    opscope.load.ranks.RankTraceError: no rank traces given
     """
     steps = JobSteps(visit)
     return steps.job(load_ranks(list(paths), max_bytes=max_bytes, visit=steps))

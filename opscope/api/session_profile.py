@@ -25,7 +25,7 @@ import os
 from typing import Optional
 
 from opscope.model.session import OPTION_NAMES, ProfileSession
-from opscope.profiler_results import ProfileResults
+from opscope.api.results import ProfileResults
 
 
 class SessionProfile(ProfileResults):

@@ -7,7 +7,7 @@
 // each record is decoded there into a fixed 104-byte DeviceRecord, so the
 // launching threads pay nothing beyond what CUPTI itself costs.
 //
-// Python API (see opscope/collect/cupti.py; record_bytes and decode_buffer are
+// Python API (see opscope/collect/native/cupti.py; record_bytes and decode_buffer are
 // for tests on machines with no GPU):
 //   load(path)                 dlopen libcupti; raises with the reason
 //   start()                    register the buffer callbacks, enable the kinds

@@ -5,7 +5,7 @@
 stderr. It runs in its own process so that torch's build chatter (ninja,
 compiler, warnings) goes to the build log and never to the profiled job's
 terminal, and so that the half-built module is never imported by that job.
-``native_build`` then checks and publishes the library. It imports torch
+``build`` then checks and publishes the library. It imports torch
 only, never opscope.
 """
 

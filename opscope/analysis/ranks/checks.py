@@ -20,29 +20,26 @@ their facts are added up:
   (``opscopeClockOffsetNs``) must stay within ``MAX_ALIGNED_NS`` of the epoch,
   so 64-bit arithmetic never overflows: :func:`check_times`.
 
-Each failure is a :class:`RankTraceError` (``rank_traces`` exports it too; the
-CLI prints it as one line and exits 2).
+Each failure is a ``RankTraceError`` (``opscope.load.ranks``, whose file checks raise it
+too; the CLI prints it as one line and exits 2).
 
 Example::
 
     >>> check_rank_number("t.json", 3, world_size=2)
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: trace 't.json': rank 3 is not below its world size 2
+    opscope.load.ranks.RankTraceError: trace 't.json': rank 3 is not below its world size 2
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
+from opscope.load.ranks import RankTraceError
 from opscope.model.session import ProfileSession
 
 MAX_RANKS = 1 << 20  # 1,048,576 ranks: beyond any job run so far
 MAX_ALIGNED_NS = 1 << 62  # aligned ns (about 146 years either side of 1970)
-
-
-class RankTraceError(ValueError):
-    """A folder or path list without rank traces, or a rank's traces that disagree."""
 
 
 def check_rank_number(path: str, rank: int, world_size: Optional[int]) -> None:
@@ -51,7 +48,7 @@ def check_rank_number(path: str, rank: int, world_size: Optional[int]) -> None:
     >>> check_rank_number("t.json", 2_000_000_000, None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: trace 't.json': rank 2000000000 is over ...
+    opscope.load.ranks.RankTraceError: trace 't.json': rank 2000000000 is over ...
     """
     if world_size is not None and not 0 < world_size <= MAX_RANKS:
         raise RankTraceError(f"trace {path!r}: world size {world_size} is outside 1.."
@@ -65,7 +62,7 @@ def check_rank_number(path: str, rank: int, world_size: Optional[int]) -> None:
 
 
 def check_ranks(facts: Sequence[Any]) -> None:
-    """``analysis.rank_traces.RankFacts`` of each rank: every rank within bounds and every time within ``MAX_ALIGNED_NS`` (traces or a store)."""
+    """``facts.RankFacts`` of each rank: every rank within bounds and every time within ``MAX_ALIGNED_NS`` (traces or a store)."""
     for f in facts:
         where = f.paths[0] if f.paths else f"rank {f.rank}"
         check_rank_number(where, f.rank, f.world_size)
@@ -87,7 +84,7 @@ def check_times(path: str, session: ProfileSession, offset_ns: int) -> None:
     >>> check_times("t.json", s, 2 ** 63)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: trace 't.json': its clock offset ...
+    opscope.load.ranks.RankTraceError: trace 't.json': its clock offset ...
     """
     shift = session.epoch_offset_ns + offset_ns
     table = session.table
@@ -115,7 +112,7 @@ def check_one_run(marks: Sequence[RunMark]) -> None:
     >>> check_one_run([RunMark(0, "a.json", 100, 2), RunMark(0, "b.json", 200, 2)])
     Traceback (most recent call last):
     ...
-    opscope.analysis.rank_checks.RankTraceError: 'a.json' and 'b.json' are rank 0 of two runs \
+    opscope.load.ranks.RankTraceError: 'a.json' and 'b.json' are rank 0 of two runs \
 (pid 100, world size 2; pid 200, world size 2): the traces mix runs of a job; give one run's \
 traces (a folder per run)
     """

@@ -24,7 +24,7 @@ again:
 3. **Late beyond the noise.** ``r`` is late beyond the noise at a collective
    when its lateness is at least ``NOISE_FACTOR x noise(r)`` and ``floor_ms``
    (``opscope ranks --min-lateness-ms``, and 5% of a step:
-   ``opscope.analysis.ranks``).
+   ``opscope.analysis.ranks.analyse``).
 4. **Consistently.** ``r`` is a straggler when it is late beyond the noise at
    ``MIN_LATE_COLLECTIVES`` collectives or more (at its only one, in a job of
    one) and at a third (``MIN_LATE_FRACTION``) of the collectives it joined. One late

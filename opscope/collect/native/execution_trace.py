@@ -1,7 +1,7 @@
 """The collecting half of the execution trace: our C++ observer (et_observer.cpp).
 
 It is built on first use and cached like the main observer (see
-``opscope.collect.native_build``). Only this module talks to it.
+``opscope.collect.native.build``). Only this module talks to it.
 
 Example::
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Tuple
 
-from opscope.collect.native_build import NativeExtension
+from opscope.collect.native.build import NativeExtension
 
-SOURCE = Path(__file__).resolve().parents[1] / "collect" / "et_observer.cpp"
+SOURCE = Path(__file__).resolve().with_name("et_observer.cpp")
 
 EXTENSION = NativeExtension(SOURCE, "opscope_et_observer", "execution trace observer",
                             "ExecutionTraceObserver cannot record")

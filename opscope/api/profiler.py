@@ -3,10 +3,10 @@
 This module owns the schedule state machine and wires a collector to the
 model: each active window is one ``collect.recording.Recording``, whose
 ``RawSession`` goes to ``build_session``. It formats nothing itself: the
-results and output files are ``profiler_results.ProfileResults``, which
+results and output files are ``results.ProfileResults``, which
 writes through ``opscope.outputs``; the one-profiler-per-process claim
-and the fork handler are ``profiler_fork``; the start metadata and argument
-checks are ``profiler_setup``.
+and the fork handler are ``fork``; the start metadata and argument
+checks are ``options``.
 
 Example::
 
@@ -36,9 +36,9 @@ from opscope.event_list import EventList
 from opscope.itt import take_marks
 from opscope.model.session import OPTION_NAMES, ProfileSession
 from opscope.model.torch_names import PROFILER_STEP
-from opscope.profiler_fork import active_profiler, claim, release
-from opscope.profiler_results import ProfileResults
-from opscope.profiler_setup import (check_optional, complete_distributed_info, start_metadata,
+from opscope.api.fork import active_profiler, claim, release
+from opscope.api.results import ProfileResults
+from opscope.api.options import (check_optional, complete_distributed_info, start_metadata,
                                     validate_json)
 from opscope.record_function import record_function, set_recording_collector
 from opscope.schedule import (NEW_CYCLE_WARNING, OUTPUT_STEPS, TRANSITIONS, WARN_PREFIX,
@@ -49,7 +49,7 @@ PROFILER_STEP_NAME = PROFILER_STEP
 
 
 def __getattr__(name: str) -> Any:
-    """``opscope.profiler._active``: the running profiler (kept in ``profiler_fork``)."""
+    """``opscope.api.profiler._active``: the running profiler (kept in ``fork``)."""
     if name == "_active":
         return active_profiler()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -131,7 +131,7 @@ class profile(ProfileResults):
         self._started = False  # between start() and stop()
         self._owner_pid = os.getpid()  # a forked child never drives its parent's profiler
         # opscope run's profiler yields to a profiler the script starts: this is called
-        # (one line for the user) when it stands down; see profiler_fork.claim
+        # (one line for the user) when it stands down; see fork.claim
         self._yield_note: Optional[Callable[[], None]] = None
         self.stood_down = False
         self._earlier_sessions = []  # acc_events: the finished windows before _session
