@@ -205,6 +205,7 @@ def test_a_minute_of_ops_stays_within_max_mb(jobs):
     facts = json.loads(job.out.splitlines()[-1])
     region = 2 * 2 ** 20  # the live window may overshoot by one region of the thread
     assert 0 < facts["largest_ring_bytes"] <= facts["max_bytes"] + region, facts
+    assert facts["largest_ring_bytes"] >= facts["max_bytes"] // 2, facts  # the bound was met
     rss = facts["rss"]
     assert len(rss) >= MEMORY_RUN_S - 5
     # after the first windows the peak RSS stops growing: nothing is kept past max_mb

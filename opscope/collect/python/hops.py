@@ -21,6 +21,7 @@ Example::
     >>> with Passthrough():
     ...     torch.cond(torch.tensor(True), torch.sin, torch.cos, (torch.zeros(2),))
     tensor([0., 0.])
+    >>> torch._dynamo.reset()  # eager cond compiled its branches: leave no cache behind
 """
 
 from __future__ import annotations
