@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+from meet import meet_the_other_ranks  # beside this script
+
 COUNT = [0]
 PER_GROUP = collections.Counter()  # process group name -> collectives issued while profiled
 
@@ -109,25 +111,12 @@ def train_step(model, opt, x, rank, args, step):
         counted_all_reduce(loss.detach())
 
 
-def meet_the_other_ranks(patience_s: float = 120.0) -> None:
-    """Wait until every rank has started, on torchrun's store, before the group is made: a
-    short process-group timeout (the tests' hangs and desyncs) then cannot end the job at
-    its start, when one rank starts seconds after the other on a loaded machine."""
-    world = int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=False, timeout=datetime.timedelta(seconds=patience_s))
-    store.add("ddp_train/started", 1)
-    deadline = time.monotonic() + patience_s
-    while store.add("ddp_train/started", 0) < world and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def main():
     args = parse()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # torchrun stops the others
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    meet_the_other_ranks()
+    meet_the_other_ranks("ddp_train/started")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
     args.group = dist.new_group(list(range(dist.get_world_size()))) if args.second_group else None
