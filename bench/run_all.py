@@ -96,13 +96,12 @@ def targets_table(results: List[dict]) -> List[str]:
 
 def limits_part(results: List[dict]) -> List[str]:
     """Why the targets missed in this run can be missed (scripts with none are left out)."""
-    missed = [r["script"] for r in results if r.get("script") in LIMITS
+    missed = [r for r in results if r.get("script") in LIMITS
               and any(common.status(t) == "NOT MET" for t in r.get("targets", []))]
     if not missed:
         return []
     out = ["## What limits the targets not met", ""]
-    out += [f"- **{next(r['title'] for r in results if r.get('script') == s)}.** "
-            f"{LIMITS[s]}" for s in missed]
+    out += [f"- **{r['title']}.** {LIMITS[r['script']]}" for r in missed]
     return out + [f"- {HOST_NOTE}", ""]
 
 

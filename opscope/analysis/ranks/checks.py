@@ -62,7 +62,8 @@ def check_rank_number(path: str, rank: int, world_size: Optional[int]) -> None:
 
 
 def check_ranks(facts: Sequence[Any]) -> None:
-    """``facts.RankFacts`` of each rank: every rank within bounds and every time within ``MAX_ALIGNED_NS`` (traces or a store)."""
+    """``facts.RankFacts`` of each rank (traces or a store): every rank within bounds and
+    every time within ``MAX_ALIGNED_NS``."""
     for f in facts:
         where = f.paths[0] if f.paths else f"rank {f.rank}"
         check_rank_number(where, f.rank, f.world_size)
