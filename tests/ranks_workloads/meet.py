@@ -5,6 +5,9 @@ and ``init_process_group`` waits for the other ranks within that same timeout: o
 loaded machine one rank may start seconds after the other, and the job would fail at its
 start instead of where the test means it to. ``meet_the_other_ranks(key)`` waits on
 torchrun's own store (``MASTER_ADDR``/``MASTER_PORT``), with a patience of its own.
+It covers a late start only: gloo's own connecting inside ``init_process_group`` still
+runs within the group's timeout (p2p_job.py therefore makes its group with a minute's
+timeout and runs its desync on a short group of its own).
 """
 
 from __future__ import annotations

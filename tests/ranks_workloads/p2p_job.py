@@ -5,9 +5,9 @@
 Under a plain ``opscope.profile()`` (no record_shapes, no with_stack), twice: an
 all_reduce, a send and its recv, an isend and its irecv back, a batch_isend_irecv
 exchange, an all_gather on a second group and a barrier; then a last all_reduce of 4
-elements on rank 0 and 2 on rank 1 (a desync: the job then fails on its 4-second
-process-group timeout). Each rank writes OUTDIR/job.rank<R>.pt.trace.json (in a
-``finally:``) and OUTDIR/state.rank<R>.txt: whether torch's ProcessGroup methods were
+elements on rank 0 and 2 on rank 1, on a group of its own (a desync: the job then
+fails on that group's 4-second timeout). Each rank writes OUTDIR/job.rank<R>.pt.trace.json
+(in a ``finally:``) and OUTDIR/state.rank<R>.txt: whether torch's ProcessGroup methods were
 put back at stop, and whether torch._inductor was ever imported (it is what makes the
 flight recorder's own stacks readable).
 """
@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 
 import opscope
-from meet import meet_the_other_ranks  # beside this script
 
 
 def exchange(rank, pair):
@@ -42,10 +41,11 @@ def exchange(rank, pair):
 
 def main(folder):
     torch.set_num_threads(1)
-    meet_the_other_ranks("p2p_job/started")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=4))
+    # a minute to meet (one rank may start seconds after the other on a loaded machine)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     pair = dist.new_group([0, 1])
+    short = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=4))  # for the desync
     methods = {m: torch._C._distributed_c10d.ProcessGroup.__dict__[m] for m in ("send", "allreduce")}
     prof = opscope.profile()
     try:
@@ -54,7 +54,7 @@ def main(folder):
                 dist.all_reduce(torch.ones(4))
                 exchange(rank, pair)
                 dist.barrier()
-            dist.all_reduce(torch.ones(4 if rank == 0 else 2))  # the desync
+            dist.all_reduce(torch.ones(4 if rank == 0 else 2), group=short)  # the desync
     finally:
         prof.export_chrome_trace(os.path.join(folder, f"job.rank{rank}.pt.trace.json"))
         state = {"restored": all(torch._C._distributed_c10d.ProcessGroup.__dict__[m] is f
